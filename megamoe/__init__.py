@@ -1,0 +1,8 @@
+"""megamoe: Hopper CuTe DSL kernels for expert-parallel MoE layers, and their layer API.
+
+Semantics: ../shared/CONTRACTS.md (the oracle in ``oracle/`` defines them).
+"""
+
+from megamoe.errors import ConfigError, RouteError
+
+__all__ = ["ConfigError", "RouteError"]

@@ -1,0 +1,1 @@
+"""compute-sanitizer wrappers, summary parsing and planted-bug self-tests."""
