@@ -1,0 +1,1 @@
+"""Registered benchmarks: every module here is imported by ``megamoe.bench.load_benchmarks``."""

@@ -1,0 +1,134 @@
+"""Ceilings measured in the same process as the benchmark (DESIGN.md "Measuring").
+
+- ``copy_bw``: a large device-to-device copy; bytes read plus bytes written per second.
+- ``bf16_mm``: a large bf16 matrix product (``torch.mm``); FLOP/s with 2*M*N*K FLOPs.
+- ``fp8_mm``: the same with e4m3 operands through ``torch._scaled_mm`` (bf16 out),
+  recorded as unavailable (with the reason) where the build or device lacks it.
+
+Inputs are random, never zeros (zeros can run faster than real data).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from megamoe.bench.measure import Measurer
+from megamoe.bench.registry import CEILING_NAMES, BuildContext, Workload
+
+UNITS = {"copy_bw": "B/s", "bf16_mm": "FLOP/s", "fp8_mm": "FLOP/s"}
+
+
+@dataclass(frozen=True)
+class CeilingSizes:
+    """Problem sizes of the ceilings: copy bytes and the square matmul size."""
+
+    copy_bytes: int
+    mm_size: int
+
+
+def ceiling_sizes(backend_kind: str, quick: bool) -> CeilingSizes:
+    """Sizes that fill an H200 (full), a shorter version (quick), or tiny ones on the CPU."""
+    if backend_kind != "cuda":
+        return CeilingSizes(copy_bytes=4 * 2**20, mm_size=128)
+    if quick:
+        return CeilingSizes(copy_bytes=256 * 2**20, mm_size=4096)
+    return CeilingSizes(copy_bytes=2**30, mm_size=8192)
+
+
+def _copy(sizes: CeilingSizes, ctx: BuildContext) -> Workload:
+    n = sizes.copy_bytes // 4
+    src = torch.randn(n, generator=ctx.generator(), device=ctx.device)
+    dst = torch.empty_like(src)
+    return Workload(lambda: dst.copy_(src), bytes_moved=2 * n * 4, ceiling="copy_bw")
+
+
+def _bf16_mm(sizes: CeilingSizes, ctx: BuildContext) -> Workload:
+    n = sizes.mm_size
+    g = ctx.generator()
+    a = torch.randn(n, n, generator=g, device=ctx.device).to(torch.bfloat16)
+    b = torch.randn(n, n, generator=g, device=ctx.device).to(torch.bfloat16)
+    c = torch.empty(n, n, dtype=torch.bfloat16, device=ctx.device)
+    return Workload(lambda: torch.mm(a, b, out=c), flops=2 * n**3, ceiling="bf16_mm")
+
+
+def _fp8_mm(sizes: CeilingSizes, ctx: BuildContext) -> Workload:
+    if not hasattr(torch, "_scaled_mm"):
+        raise RuntimeError("torch._scaled_mm is not in this torch build")
+    n = sizes.mm_size
+    g = ctx.generator()
+    a = torch.randn(n, n, generator=g, device=ctx.device).to(torch.float8_e4m3fn)
+    # _scaled_mm wants the second operand column-major.
+    b = torch.randn(n, n, generator=g, device=ctx.device).to(torch.float8_e4m3fn).t()
+    one = torch.ones((), dtype=torch.float32, device=ctx.device)
+
+    def fn() -> torch.Tensor:
+        return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    fn()  # fail here (recorded as unavailable) rather than during capture
+    return Workload(fn, flops=2 * n**3, ceiling="fp8_mm")
+
+
+CeilingBuilder = Callable[[CeilingSizes, BuildContext], Workload]
+
+CEILING_BUILDERS: Mapping[str, CeilingBuilder] = {
+    "copy_bw": _copy,
+    "bf16_mm": _bf16_mm,
+    "fp8_mm": _fp8_mm,
+}
+assert tuple(CEILING_BUILDERS) == CEILING_NAMES
+
+
+def _shape(name: str, sizes: CeilingSizes) -> dict[str, int]:
+    if name == "copy_bw":
+        return {"bytes": sizes.copy_bytes}
+    return {"m": sizes.mm_size, "n": sizes.mm_size, "k": sizes.mm_size}
+
+
+def measure_ceiling(
+    name: str,
+    measurer: Measurer,
+    sizes: CeilingSizes,
+    ctx: BuildContext,
+    builder: CeilingBuilder,
+    samples: int,
+) -> dict[str, Any]:
+    """One ceiling record: value = work / median time, best = work / min time, every sample."""
+    entry: dict[str, Any] = {"name": name, "unit": UNITS[name], "shape": _shape(name, sizes)}
+    try:
+        workload = builder(sizes, ctx)
+        (unit,) = measurer.prepare([workload])
+    except Exception as e:  # an unavailable ceiling is recorded, never invented
+        measurer.backend.release()
+        return {**entry, "available": False, "reason": f"{type(e).__name__}: {e}"}
+    times = measurer.local_series(unit, samples)
+    measurer.backend.release()
+    work = workload.bytes_moved if name == "copy_bw" else workload.flops
+    median = statistics.median(times)
+    return {
+        **entry,
+        "available": True,
+        "work": work,
+        "value": work / median,
+        "best": work / min(times),
+        "median_s": median,
+        "min_s": min(times),
+        "max_s": max(times),
+        "samples_s": times,
+    }
+
+
+def measure_ceilings(
+    names: tuple[str, ...],
+    measurer: Measurer,
+    sizes: CeilingSizes,
+    ctx: BuildContext,
+    builders: Mapping[str, CeilingBuilder] = CEILING_BUILDERS,
+) -> list[dict[str, Any]]:
+    """Records for ``names``, each measured with ``protocol.samples_per_arm`` samples."""
+    n = measurer.protocol.samples_per_arm
+    return [measure_ceiling(name, measurer, sizes, ctx, builders[name], n) for name in names]

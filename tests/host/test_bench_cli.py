@@ -1,0 +1,177 @@
+"""``python -m megamoe.bench``: listing, argument handling, a real CPU run, the control exit status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import megamoe.bench.cli as cli
+from megamoe.bench.fake import FakeDevice
+from megamoe.bench.records import validate_record
+from megamoe.bench.registry import (
+    Arm,
+    Benchmark,
+    BuildContext,
+    Case,
+    Workload,
+    get_benchmark,
+    register_benchmark,
+    unregister_benchmark,
+)
+
+
+def _tiny_copy(case: Case, ctx: BuildContext) -> Workload:
+    src = torch.randn(case.shape["n"], generator=ctx.generator(), device=ctx.device)
+    dst = torch.empty_like(src)
+    return Workload(lambda: dst.copy_(src), bytes_moved=2 * src.nbytes, ceiling="copy_bw")
+
+
+@pytest.fixture
+def tiny() -> object:
+    bench = register_benchmark(
+        Benchmark(
+            name="test-tiny-copy", description="tiny CPU copy", ceilings=("copy_bw",),
+            cases=(Case("4k", {"n": 4096}, quick=True), Case("big", {"n": 10**7})),
+            candidate=Arm("copy", _tiny_copy),
+        )
+    )
+    yield bench
+    unregister_benchmark("test-tiny-copy")
+
+
+def test_list_names_the_copy_benchmark(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert cli.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert any(line.startswith("copy ") for line in out.splitlines())
+
+
+def test_copy_benchmark_declares_a_self_control_and_a_baseline() -> None:
+    copy = get_benchmark("copy")
+    assert copy.candidate.name == "copy" and len(copy.baselines) == 1
+    assert {c.name for c in copy.cases_for(quick=True)} < {c.name for c in copy.cases}
+
+
+def test_unknown_name_is_a_usage_error(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert cli.main(["no-such-bench"]) == 2
+    assert "no-such-bench" in capsys.readouterr().err
+    assert cli.main([]) == 2
+
+
+def test_quick_cpu_run_writes_a_valid_record(tiny, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    rc = cli.main([
+        "test-tiny-copy", "--quick", "--device", "cpu", "--cache", "warm", "--pairs", "4",
+        "--calls", "2", "--no-plots", "--output-dir", str(tmp_path),
+    ])
+    record = json.loads((tmp_path / "test-tiny-copy.json").read_text())
+    validate_record(record)
+    assert rc in (0, cli.EXIT_CONTROL_NOT_NOISE)  # a shared CPU may be too noisy; the status says so
+    assert (rc == 0) == record["control_is_noise"]
+    assert [c["case"] for c in record["cases"]] == ["4k"]  # quick keeps the quick case
+    assert record["protocol"]["pairs"] == 4 and record["protocol"]["graph"] is False
+    assert record["ceilings"][0]["available"]
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_cli_exits_3_when_the_aa_control_is_not_noise(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    dev = FakeDevice(seed=1)
+    monkeypatch.setattr(cli, "default_backend", lambda kind, index=None: dev.backend)
+    register_benchmark(
+        Benchmark(
+            name="test-biased", description="second build slower", ceilings=(),
+            cases=(Case("c"),), candidate=dev.arm("x", 1e-3, jitter=0.01, build_penalty=0.1),
+        )
+    )
+    try:
+        rc = cli.main(["test-biased", "--device", "cpu", "--cache", "warm", "--no-plots",
+                       "--output-dir", str(tmp_path)])
+    finally:
+        unregister_benchmark("test-biased")
+    assert rc == cli.EXIT_CONTROL_NOT_NOISE
+    assert json.loads((tmp_path / "test-biased.json").read_text())["control_is_noise"] is False
+
+
+def test_cli_exits_0_when_the_aa_control_is_noise(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    dev = FakeDevice(seed=1)
+    monkeypatch.setattr(cli, "default_backend", lambda kind, index=None: dev.backend)
+    register_benchmark(
+        Benchmark(name="test-fair", description="fair", ceilings=(), cases=(Case("c"),),
+                  candidate=dev.arm("x", 1e-3, jitter=0.01))
+    )
+    try:
+        rc = cli.main(["test-fair", "--device", "cpu", "--no-plots", "--emulated-ranks", "2",
+                       "--output-dir", str(tmp_path)])
+    finally:
+        unregister_benchmark("test-fair")
+    assert rc == 0
+    rec = json.loads((tmp_path / "test-fair.json").read_text())
+    assert rec["ranks"] == {"mode": "emulated", "world_size": 2}
+    assert [c["cache"] for c in rec["cases"]] == ["warm", "cold"]
+
+
+def test_registering_a_different_benchmark_under_a_taken_name_fails() -> None:
+    copy = get_benchmark("copy")
+    other = Benchmark(name="copy", description="x", cases=(Case("c"),), candidate=Arm("y", _tiny_copy))
+    with pytest.raises(ValueError, match="registered twice"):
+        register_benchmark(other)
+    assert get_benchmark("copy") is copy
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"cases": ()}, "cases"),
+        ({"cases": (Case("a"), Case("a"))}, "cases"),
+        ({"ceilings": ("tflops",)}, "ceilings"),
+        ({"baselines": (Arm("x", _tiny_copy),)}, "baselines"),
+        ({"name": "has space"}, "name"),
+    ],
+)
+def test_bad_benchmark_declarations_name_the_argument(kwargs: dict, argument: str) -> None:
+    base = {"name": "b", "description": "d", "cases": (Case("a"),), "candidate": Arm("x", _tiny_copy)}
+    with pytest.raises(ValueError, match=argument):
+        Benchmark(**(base | kwargs))
+
+
+def test_workload_compared_with_a_ceiling_must_declare_its_work() -> None:
+    with pytest.raises(ValueError, match="bytes_moved"):
+        Workload(lambda: None, ceiling="copy_bw")
+    with pytest.raises(ValueError, match="flops"):
+        Workload(lambda: None, ceiling="fp8_mm")
+    with pytest.raises(ValueError, match="ceiling"):
+        Workload(lambda: None, bytes_moved=1, ceiling="hbm")
+
+
+def _fair_run(monkeypatch, out: Path, *extra: str) -> int:  # type: ignore[no-untyped-def]
+    dev = FakeDevice(seed=2)
+    monkeypatch.setattr(cli, "default_backend", lambda kind, index=None: dev.backend)
+    register_benchmark(
+        Benchmark(name="test-fair2", description="fair", ceilings=(), cases=(Case("c"),),
+                  candidate=dev.arm("x", 1e-3, jitter=0.01))
+    )
+    try:
+        return cli.main(["test-fair2", "--device", "cpu", "--cache", "warm", "--pairs", "4",
+                         "--output-dir", str(out), *extra])
+    finally:
+        unregister_benchmark("test-fair2")
+
+
+def test_without_matplotlib_the_run_writes_json_and_markdown_and_says_how_to_plot(
+    monkeypatch, tmp_path: Path, capsys  # type: ignore[no-untyped-def]
+) -> None:
+    monkeypatch.setattr(cli.output, "have_matplotlib", lambda: False)
+    assert _fair_run(monkeypatch, tmp_path) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test-fair2.json", "test-fair2.md"]
+    assert "--plot" in capsys.readouterr().out
+
+
+def test_plot_renders_report_and_plots_of_a_record_elsewhere(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert _fair_run(monkeypatch, tmp_path / "run", "--no-plots") == 0
+    record = tmp_path / "run" / "test-fair2.json"
+    assert cli.main(["--plot", str(record), "--output-dir", str(tmp_path / "plots")]) == 0
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "test-fair2.md", "test-fair2_ceilings.png", "test-fair2_samples.png",
+    ]
+    assert (tmp_path / "plots" / "test-fair2.md").read_text() == (tmp_path / "run" / "test-fair2.md").read_text()

@@ -1,0 +1,96 @@
+"""GPU smoke test of the benchmark harness: a copy against itself is noise; a real difference is not.
+
+Runs the registered ``copy`` benchmark's candidate with a short protocol
+through the real CUDA backend (CUDA graphs, events, 512 MiB L2 flush).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+
+import torch
+
+from megamoe.bench import (
+    Arm,
+    BuildContext,
+    Case,
+    CudaBackend,
+    EmulatedRanks,
+    Protocol,
+    SingleRank,
+    Workload,
+    get_benchmark,
+    run_benchmark,
+    validate_record,
+)
+from megamoe.bench.benchmarks.device_copy import build_copy
+from megamoe.bench.output import write_outputs
+
+MiB = 2**20
+PROTO = Protocol(rounds=3, pairs=10, warmup=3, calls_per_sample=5)
+
+
+def _copy_case() -> Case:
+    return Case("64MiB", {"bytes": 64 * MiB}, seed=11)
+
+
+def test_copy_against_itself_comes_out_as_noise(cuda_device: torch.device, tmp_path: Path) -> None:
+    bench = dataclasses.replace(
+        get_benchmark("copy"), cases=(_copy_case(),), baselines=(), ceilings=("copy_bw",)
+    )
+    record = run_benchmark(bench, CudaBackend(cuda_device), SingleRank(), PROTO, quick=True)
+    validate_record(record)
+    for case in record["cases"]:
+        (aa,) = case["comparisons"]
+        assert aa["kind"] == "aa"
+        assert aa["summary"]["verdict"] == "noise", aa["summary"]
+    assert record["control_is_noise"] is True
+    (ceiling,) = record["ceilings"]
+    assert ceiling["available"] and ceiling["value"] > 1e11  # any GPU copies > 100 GB/s
+    names = sorted(p.name for p in write_outputs(record, tmp_path))
+    assert names == ["copy.json", "copy.md", "copy_ceilings.png", "copy_samples.png"]
+
+
+def _copy_times(factor: int):  # type: ignore[no-untyped-def]
+    def build(case: Case, ctx: BuildContext) -> Workload:
+        big = dataclasses.replace(case, shape={"bytes": case.shape["bytes"] * factor})
+        return build_copy(big, ctx)
+
+    return build
+
+
+def test_a_real_difference_is_not_noise(cuda_device: torch.device) -> None:
+    # Baseline copies four times the bytes: the candidate must come out faster.
+    bench = dataclasses.replace(
+        get_benchmark("copy"), cases=(_copy_case(),), ceilings=(),
+        baselines=(Arm("copy-4x-bytes", _copy_times(4)),),
+    )
+    record = run_benchmark(bench, CudaBackend(cuda_device), SingleRank(), PROTO.with_(caches=("warm",)))
+    (case,) = record["cases"]
+    aa, ab = case["comparisons"]
+    assert aa["summary"]["verdict"] == "noise"
+    assert ab["summary"]["verdict"] == "faster" and ab["summary"]["gain"] > 1.0
+
+
+def test_emulated_ranks_sample_is_the_slowest_rank(cuda_device: torch.device) -> None:
+    def build(case: Case, ctx: BuildContext) -> Workload:
+        return _copy_times(1 + 3 * ctx.rank)(case, ctx)  # rank 1 copies four times the bytes
+
+    bench = dataclasses.replace(
+        get_benchmark("copy"), cases=(_copy_case(),), ceilings=(), baselines=(),
+        candidate=Arm("copy", build),
+    )
+    proto = PROTO.with_(caches=("warm",), rounds=2, pairs=4)
+    record = run_benchmark(bench, CudaBackend(cuda_device), EmulatedRanks(2), proto)
+    validate_record(record)
+    per_rank: list[list[float]] = [[], []]
+    for r in record["cases"][0]["comparisons"][0]["rounds"]:
+        for side in (0, 1):
+            for sample, values in zip(r["samples_s"][side], r["rank_samples_s"][side], strict=True):
+                assert len(values) == 2 and sample == max(values)
+                per_rank[0].append(values[0])
+                per_rank[1].append(values[1])
+    # rank 1 moves four times the bytes: it is the slowest rank, so it sets the samples
+    assert statistics.median(per_rank[1]) > 2 * statistics.median(per_rank[0])
