@@ -1,0 +1,99 @@
+"""The expert recipe table (CONTRACTS.md s5, s8), defined once.
+
+A recipe names the number format of each operand of the expert FFN: the first activation
+``A1`` (the hidden rows fed to the W13 GEMM), the weights (``W13`` and ``W2``) and the
+second activation ``A2`` (the SwiGLU output fed to the W2 GEMM). Everything else in the
+oracle (``oracle.experts``, ``oracle.collective``) and in the harness reads these entries;
+nothing redefines them.
+
+| recipe      | A1                         | weights            | A2                         |
+|-------------|----------------------------|--------------------|----------------------------|
+| ``bf16``      | bf16 as given              | bf16               | bf16(act)                  |
+| ``mxfp8``     | MXFP8 (E4M3 or E5M2) of H  | MXFP8 E4M3         | MXFP8, A1's element, of I  |
+| ``nvfp4``     | NVFP4, g = input scale     | NVFP4, per-expert g| NVFP4, g = layer constant  |
+| ``fp8_mxfp4`` | safe FP8 per token         | MXFP4              | safe FP8 per token         |
+
+The MXFP8 activation element type (E4M3 or E5M2) and the MX scale mode are layer settings
+(``oracle.experts.MoEConfig``), not recipe entries; MXFP8 weights are always E4M3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from math import lcm
+
+from oracle.formats import MX_BLOCK, NVFP4_BLOCK
+
+
+class Format(StrEnum):
+    """An operand's number format (CONTRACTS.md s4)."""
+
+    BF16 = "bf16"
+    MXFP8 = "mxfp8"
+    NVFP4 = "nvfp4"
+    MXFP4 = "mxfp4"
+    SAFE_FP8 = "safe_fp8"
+
+
+FORMAT_BLOCK: dict[Format, int] = {
+    Format.BF16: 1,
+    Format.MXFP8: MX_BLOCK,
+    Format.NVFP4: NVFP4_BLOCK,
+    Format.MXFP4: MX_BLOCK,
+    Format.SAFE_FP8: 1,  # one scale per row: any row length
+}
+"""Elements per scale block along the GEMM's K dimension (1: no block constraint)."""
+
+MXFP8_WEIGHT_ELEM = "e4m3"
+"""MXFP8 weights are always E4M3 (CONTRACTS.md s5)."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One row of the recipe table (CONTRACTS.md s5) plus its comparison tolerance (s8).
+
+    name: the recipe's stable name (the key of ``RECIPES``).
+    a1: format of the hidden rows fed to the W13 GEMM, blocks along H.
+    weights: format of W13 ``[E, 2I, H]`` and W2 ``[E, H, I]``, blocks along the last dim.
+    a2: format of the SwiGLU output fed to the W2 GEMM, blocks along I.
+    rel_l2_tolerance: the kernel-vs-oracle relative L2 bound of CONTRACTS.md s8, per live
+        row and for the whole output.
+    """
+
+    name: str
+    a1: Format
+    weights: Format
+    a2: Format
+    rel_l2_tolerance: float
+
+    @property
+    def hidden_multiple(self) -> int:
+        """H must be a multiple of this (the A1 and W13 block sizes)."""
+        return lcm(FORMAT_BLOCK[self.a1], FORMAT_BLOCK[self.weights])
+
+    @property
+    def intermediate_multiple(self) -> int:
+        """I must be a multiple of this (the A2 and W2 block sizes)."""
+        return lcm(FORMAT_BLOCK[self.a2], FORMAT_BLOCK[self.weights])
+
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe("bf16", Format.BF16, Format.BF16, Format.BF16, 0.01),
+        Recipe("mxfp8", Format.MXFP8, Format.MXFP8, Format.MXFP8, 0.02),
+        Recipe("nvfp4", Format.NVFP4, Format.NVFP4, Format.NVFP4, 0.06),
+        Recipe("fp8_mxfp4", Format.SAFE_FP8, Format.MXFP4, Format.SAFE_FP8, 0.025),
+    )
+}
+"""The four recipes of CONTRACTS.md s5, by name."""
+
+RECIPE_NAMES: tuple[str, ...] = tuple(RECIPES)
+
+
+def get_recipe(name: object) -> Recipe:
+    """The recipe called ``name``; ``ValueError`` naming the known recipes otherwise."""
+    if not isinstance(name, str) or name not in RECIPES:
+        raise ValueError(f"recipe: expected one of {RECIPE_NAMES}, got {name!r}")
+    return RECIPES[name]
