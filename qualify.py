@@ -24,7 +24,8 @@ def _ensure_environment() -> None:
     python = subprocess.check_output(["bash", str(ROOT / "run_tests.sh"), "--python"], text=True)
     python = python.strip().splitlines()[-1]
     os.environ["MEGAMOE_ENV_READY"] = "1"
-    os.execv(python, [python, str(Path(__file__).resolve()), *sys.argv[1:]])
+    # MEGAMOE_PYTHON may name an interpreter on PATH (e.g. python3 on the GPU machine).
+    os.execvp(python, [python, str(Path(__file__).resolve()), *sys.argv[1:]])
 
 
 if __name__ == "__main__":

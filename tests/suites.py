@@ -13,12 +13,20 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+from sanitizers.selftest_kernels import PLANTED_REPORTS
+
 PYTEST_NO_TESTS_COLLECTED = 5
 
 
 @dataclass(frozen=True)
 class Suite:
-    """A named selection of tests (or a module entry point for ``bench``)."""
+    """A named selection of tests (or a module entry point for ``bench``).
+
+    ``paths`` and ``markexpr`` always say which tests a suite owns (the
+    coverage check reads them); when ``module`` is set the suite runs through
+    that entry point instead of plain pytest (``sanitize`` runs its tests under
+    compute-sanitizer, one per process).
+    """
 
     name: str
     description: str
@@ -42,6 +50,52 @@ class Suite:
 
 
 _CPU_ONLY = "not gpu and not multirank and not sanitizer"
+
+SANITIZER_TOOLS = ("memcheck", "synccheck", "racecheck", "initcheck")
+SANITIZER_SELFTEST_FILE = "tests/single/test_sanitizer_selftests.py"
+
+
+def sanitizer_selftest_case(tool: str, variant: str) -> str:
+    """Node id of the self-test target for ``tool``; ``variant`` is "planted" or "clean"."""
+    return f"{SANITIZER_SELFTEST_FILE}::test_selftest_target[{tool}-{variant}]"
+
+
+SANITIZE_CASE_PATHS = ("tests/single", "tests/property")
+SANITIZE_CASE_MARKEXPR = "sanitizer"
+
+
+@dataclass(frozen=True)
+class SanitizerCoverage:
+    """What one compute-sanitizer tool runs in the ``sanitize`` suite.
+
+    ``planted`` must be reported (errors > 0, and the log must contain
+    ``planted_report``): it proves the tool is wired right in this very run.
+    Every case from ``cases`` must report zero errors and zero warnings and
+    pass: explicit node ids run as they are; paths are collected with
+    ``-m markexpr``, minus anything under ``exclude`` (the self-test targets,
+    whose planted variants must never count as clean cases). One test per
+    process.
+    """
+
+    tool: str
+    planted: str
+    planted_report: str
+    cases: tuple[str, ...]
+    markexpr: str = SANITIZE_CASE_MARKEXPR
+    exclude: tuple[str, ...] = (SANITIZER_SELFTEST_FILE,)
+
+
+# Every tool runs its own clean twin and every test marked ``sanitizer`` in the GPU tiers
+# (kernel authors mark small designated cases; see docs/contributing.md).
+SANITIZE_COVERAGE: dict[str, SanitizerCoverage] = {
+    tool: SanitizerCoverage(
+        tool,
+        planted=sanitizer_selftest_case(tool, "planted"),
+        planted_report=PLANTED_REPORTS[tool],
+        cases=(sanitizer_selftest_case(tool, "clean"), *SANITIZE_CASE_PATHS),
+    )
+    for tool in SANITIZER_TOOLS
+}
 
 SUITES: dict[str, Suite] = {
     s.name: s
@@ -82,6 +136,15 @@ SUITES: dict[str, Suite] = {
             paths=("tests/multi",),
             markexpr="multirank",
             needs_gpu=True,
+        ),
+        Suite(
+            "sanitize",
+            "compute-sanitizer (memcheck, synccheck, racecheck, initcheck) over the cases in "
+            "SANITIZE_COVERAGE, one test per process: ./run_tests.sh sanitize --tool memcheck",
+            paths=SANITIZE_CASE_PATHS,
+            markexpr=SANITIZE_CASE_MARKEXPR,
+            needs_gpu=True,
+            module="sanitizers",
         ),
         Suite(
             "bench",

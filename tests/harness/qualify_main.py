@@ -1,54 +1,135 @@
-"""qualify.py's logic (minimal first version: strict host-tier record)."""
+"""qualify.py's logic: preflight, strict suite runs, the record, the ledger check.
+
+Exit codes: 0 every suite passed; 1 a suite failed; 2 preflight refused
+(or bad arguments); 124 a suite timed out (its process group was killed).
+``--check-ledger``: 0 when the committed records vouch for the current
+kernel sources, 1 otherwise.
+"""
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
 import sys
-import time
-import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tests.suites import SUITES
+from tests.harness.cli import QualifyArgs, parse_args
+from tests.harness.environment import collect_environment, git_info
+from tests.harness.hashing import source_hashes
+from tests.harness.ledger import check_ledger
+from tests.harness.manifest import utc_now, write_record
+from tests.harness.preflight import (
+    GPU_SUITES,
+    Check,
+    check_cute_dsl,
+    check_gpus,
+    check_require_arch,
+    check_sanitizer,
+    check_torchrun,
+)
+from tests.harness.runner import TIMEOUT_EXIT
+from tests.harness.strict import STATUS_PASS, STATUS_PREFLIGHT, STATUS_TIMEOUT
+from tests.harness.suite_run import RunContext, SuiteRun, run_multi, run_pytest_suite, run_sanitize
+from tests.suites import SANITIZE_COVERAGE, SANITIZER_TOOLS, SUITES, SanitizerCoverage, Suite
 
 ROOT = Path(__file__).resolve().parents[2]
+EXIT_PREFLIGHT = 2
 
 
-def _junit_counts(path: Path) -> dict[str, int]:
-    root = ET.parse(path).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    c = {k: 0 for k in ("tests", "failures", "errors", "skipped")}
-    for s in suites:
-        for k in c:
-            c[k] += int(s.get(k, 0))
-    c["passed"] = c["tests"] - c["failures"] - c["errors"] - c["skipped"]
-    return c
+def planned_runs(args: QualifyArgs) -> list[tuple[str, str | None]]:
+    """(suite, sanitizer tool) pairs in run order."""
+    if args.suite == "all":
+        tools = [args.sanitizer_tool] if args.sanitizer_tool else list(SANITIZER_TOOLS)
+        return [("host", None), ("single", None), ("multi", None)] + [
+            ("sanitize", t) for t in tools]
+    if args.suite == "sanitize":
+        return [("sanitize", args.sanitizer_tool)]
+    return [(str(args.suite), None)]
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="qualify.py")
-    ap.add_argument("--suite", required=True, choices=["host"])
-    ap.add_argument("--output-dir", required=True, type=Path)
-    args = ap.parse_args(argv)
-    out = args.output_dir
+def preflight(args: QualifyArgs, plan: Sequence[tuple[str, str | None]],
+              gpus: Sequence[dict], python: str) -> list[Check]:
+    checks = []
+    if args.require_arch:
+        checks.append(check_require_arch(args.require_arch, gpus))
+    names = {name for name, _ in plan}
+    for name in sorted(names & set(GPU_SUITES)):
+        needed = args.world_size if name == "multi" and args.mode == "real" else 1
+        checks.append(check_gpus(name, gpus, needed))
+    checks.append(check_cute_dsl(python))
+    if "multi" in names and args.mode == "real":
+        checks.append(check_torchrun())
+    if "sanitize" in names:
+        from sanitizers.wrapper import find_compute_sanitizer
+
+        checks.append(check_sanitizer(find_compute_sanitizer()))
+    return checks
+
+
+def run_one(name: str, tool: str | None, ctx: RunContext, suites: Mapping[str, Suite],
+            coverage: Mapping[str, SanitizerCoverage]) -> SuiteRun:
+    if name == "sanitize":
+        from sanitizers.wrapper import find_compute_sanitizer
+
+        return run_sanitize(coverage[str(tool)], ctx, str(find_compute_sanitizer()))
+    if name == "multi":
+        return run_multi(suites[name], ctx)
+    return run_pytest_suite(suites[name], ctx)
+
+
+def overall_status(runs: Sequence[SuiteRun]) -> str:
+    if any(r.status == STATUS_TIMEOUT for r in runs):
+        return STATUS_TIMEOUT
+    return STATUS_PASS if runs and all(r.status == STATUS_PASS for r in runs) else "fail"
+
+
+def main(
+    argv: Sequence[str],
+    *,
+    root: Path = ROOT,
+    suites: Mapping[str, Suite] = SUITES,
+    coverage: Mapping[str, SanitizerCoverage] = SANITIZE_COVERAGE,
+    python: str = sys.executable,
+    environment: dict | None = None,
+) -> int:
+    """Entry point; ``root``/``suites``/``coverage``/``environment`` are injectable for tests."""
+    args = parse_args(argv)
+    if args.check_ledger:
+        result = check_ledger(root)
+        print("\n".join(result.lines))
+        return 0 if result.ok else 1
+    assert args.output_dir is not None
+    out = args.output_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    suite = SUITES[args.suite]
-    junit = out / f"{suite.name}.junit.xml"
-    cmd = suite.command(sys.executable, [f"--junitxml={junit}"])
-    t0 = time.time()
-    with open(out / f"{suite.name}.log", "w") as log:
-        rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    counts = _junit_counts(junit) if junit.exists() else {}
-    ok = rc == 0 and counts.get("passed", 0) > 0 and counts.get("skipped", 0) == 0
-    record = {
-        "suite": suite.name,
-        "command": cmd,
-        "returncode": rc,
-        "counts": counts,
-        "duration_s": round(time.time() - t0, 1),
-        "status": "pass" if ok else "fail",
+    started = utc_now()
+    env = environment if environment is not None else collect_environment()
+    plan = planned_runs(args)
+    checks = preflight(args, plan, env.get("gpus") or [], python)
+    record: dict = {
+        "arguments": {**args.as_dict(), "argv": list(argv)},
+        "started_at": started,
+        "preflight": [c.as_dict() for c in checks],
+        "environment": env,
+        "git": git_info(root),
+        "source_hashes": {k: v.as_dict() for k, v in source_hashes(root).items()},
     }
-    (out / "qualification.json").write_text(json.dumps(record, indent=2))
-    print(f"{suite.name}: {record['status']} {counts}")
-    return 0 if ok else 1
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        for c in failed:
+            print(f"qualify.py: preflight {c.name}: {c.detail}", file=sys.stderr)
+        path = write_record(out, {**record, "status": STATUS_PREFLIGHT, "suites": [],
+                                  "finished_at": utc_now()})
+        print(f"qualify.py: refused; record written to {path}", file=sys.stderr)
+        return EXIT_PREFLIGHT
+    ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size, args.mode)
+    runs = []
+    for name, tool in plan:
+        run = run_one(name, tool, ctx, suites, coverage)
+        print(run.message, flush=True)
+        runs.append(run)
+    status = overall_status(runs)
+    path = write_record(out, {**record, "status": status, "finished_at": utc_now(),
+                              "suites": [r.as_dict() for r in runs]})
+    print(f"qualify.py: {status}; record {path}; summary {path.parent / 'summary.md'}")
+    if status == STATUS_TIMEOUT:
+        return TIMEOUT_EXIT
+    return 0 if status == STATUS_PASS else 1

@@ -1,0 +1,79 @@
+"""qualify.py's arguments, validated once into a frozen ``QualifyArgs``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.suites import SANITIZER_TOOLS
+
+SUITE_CHOICES = ("host", "single", "multi", "sanitize", "all")
+WORLD_SIZES = (2, 4, 8)
+MODES = ("real", "emulated")
+
+
+@dataclass(frozen=True)
+class QualifyArgs:
+    suite: str | None
+    output_dir: Path | None
+    world_size: int
+    mode: str
+    filter: str | None
+    timeout: float | None
+    sanitizer_tool: str | None
+    require_arch: str | None
+    check_ledger: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "suite": self.suite,
+            "output_dir": str(self.output_dir) if self.output_dir else None,
+            "world_size": self.world_size,
+            "mode": self.mode,
+            "filter": self.filter,
+            "timeout": self.timeout,
+            "sanitizer_tool": self.sanitizer_tool,
+            "require_arch": self.require_arch,
+            "check_ledger": self.check_ledger,
+        }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="qualify.py",
+        description="Run suites strictly (no skips, no empty runs) and write an auditable "
+        "record; or check the committed ledger (--check-ledger).",
+    )
+    ap.add_argument("--suite", choices=SUITE_CHOICES)
+    ap.add_argument("--output-dir", type=Path, help="where logs, JUnit XML and the record go")
+    ap.add_argument("--world-size", type=int, choices=WORLD_SIZES, default=2,
+                    help="ranks for --suite multi")
+    ap.add_argument("--mode", choices=MODES, default="real",
+                    help="multi: real (torchrun, one process per GPU) or emulated (one process)")
+    ap.add_argument("--filter", help="pytest -k expression (recorded)")
+    ap.add_argument("--timeout", type=float, help="seconds per suite; expiry kills the process "
+                    "group (SIGTERM, then SIGKILL) and exits 124")
+    ap.add_argument("--sanitizer-tool", choices=SANITIZER_TOOLS,
+                    help="tool for --suite sanitize (all four when --suite all and unset)")
+    ap.add_argument("--require-arch", help="refuse to run unless every GPU is this arch (sm_90)")
+    ap.add_argument("--check-ledger", action="store_true",
+                    help="CI gate: kernel sources must have a passing committed GPU record")
+    return ap
+
+
+def parse_args(argv: Sequence[str]) -> QualifyArgs:
+    ap = build_parser()
+    ns = ap.parse_args(list(argv))
+    if not ns.check_ledger:
+        if ns.suite is None:
+            ap.error("--suite is required (or --check-ledger)")
+        if ns.output_dir is None:
+            ap.error("--output-dir is required")
+        if ns.suite == "sanitize" and ns.sanitizer_tool is None:
+            ap.error(f"--suite sanitize needs --sanitizer-tool ({'|'.join(SANITIZER_TOOLS)})")
+    if ns.timeout is not None and ns.timeout <= 0:
+        ap.error(f"--timeout must be > 0 seconds, got {ns.timeout}")
+    return QualifyArgs(ns.suite, ns.output_dir, ns.world_size, ns.mode, ns.filter, ns.timeout,
+                       ns.sanitizer_tool, ns.require_arch, ns.check_ledger)

@@ -1,0 +1,188 @@
+"""Offline CuTe DSL compile gate: every registered kernel lowers to an sm_90a cubin, no GPU.
+
+How it compiles without a GPU (nvidia-cutlass-dsl 4.3.5 and later): the gate
+process sets ``CUTE_DSL_ARCH=sm_90a`` (so every builder targets Hopper),
+``CUTE_DSL_KEEP_CUBIN=1`` and ``CUTE_DSL_DUMP_DIR`` (so the lowering pipeline
+writes each cubin to disk), and installs the DSL's post-compile hook
+(``cutlass.base_dsl.compiler.PostCompileHookContext`` on the DSL's compiler
+provider). The hook runs right after the whole MLIR pipeline (through cubin
+generation) and before the JIT engine would be created and the module
+loaded (which needs ``cuInit``); it raises ``LoweredOffline`` so nothing is
+loaded, on a CPU machine or a GPU one alike. Builders need no special code.
+
+A kernel passes when its builder reached the hook (or returned) and the run
+left at least one new cubin in the dump directory, every one an ELF for
+``EM_CUDA`` whose SM is 90. Kernels come from ``megamoe.kernel_registry.load_all()``
+plus the sanitizer self-test kernels (so the gate proves something before
+any production kernel exists).
+
+Run as ``python -m tests.harness.compile_gate DUMP_DIR``: one JSON line per
+kernel on stdout. ``run_gate`` does that in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+GATE_ARCH = "sm_90a"
+GATE_SM = 90
+EM_CUDA = 190
+_ELF_MAGIC = b"\x7fELF"
+
+
+class LoweredOffline(Exception):
+    """Raised by the post-compile hook: lowering finished, stop before loading."""
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str
+    ok: bool
+    reason: str
+    cubins: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def gate_environment(dump_dir: Path) -> dict[str, str]:
+    """Environment for the gate process (see module docstring)."""
+    return {
+        **os.environ,
+        "CUTE_DSL_ARCH": GATE_ARCH,
+        "CUTE_DSL_KEEP_CUBIN": "1",
+        "CUTE_DSL_DUMP_DIR": str(dump_dir),
+    }
+
+
+def cubin_sm(data: bytes) -> int | None:
+    """The SM a CUDA ELF (cubin) is built for, or None when ``data`` is not one."""
+    if len(data) < 52 or data[:4] != _ELF_MAGIC:
+        return None
+    little = data[5] == 1
+    fmt = "<" if little else ">"
+    (machine,) = struct.unpack_from(fmt + "H", data, 18)
+    if machine != EM_CUDA:
+        return None
+    flags_off = 48 if data[4] == 2 else 36  # ELF64 / ELF32 e_flags
+    (flags,) = struct.unpack_from(fmt + "I", data, flags_off)
+    return flags & 0xFF
+
+
+@contextmanager
+def stop_after_lowering() -> Iterator[list[int]]:
+    """Install the post-compile hook; yields a list that counts completed lowerings."""
+    from cutlass.base_dsl.compiler import PostCompileHookContext
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    lowered: list[int] = []
+
+    def hook(_module: object) -> None:
+        lowered.append(1)
+        raise LoweredOffline
+
+    with PostCompileHookContext(CuTeDSL._get_dsl().compiler_provider, hook):
+        yield lowered
+
+
+def _caused_by_lowered(exc: BaseException) -> bool:
+    seen = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, LoweredOffline):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def judge_cubins(name: str, new_files: list[Path], reached: bool) -> GateResult:
+    """Pass only with >= 1 new cubin, each an EM_CUDA ELF for ``GATE_SM``."""
+    cubins = tuple(sorted(p.name for p in new_files))
+    if not reached:
+        return GateResult(name, False, "the builder never completed a compile", cubins)
+    if not new_files:
+        return GateResult(name, False, "lowering wrote no cubin", cubins)
+    for p in new_files:
+        sm = cubin_sm(p.read_bytes())
+        if sm != GATE_SM:
+            return GateResult(name, False, f"{p.name}: built for SM {sm}, expected {GATE_SM}",
+                              cubins)
+    return GateResult(name, True, f"{len(new_files)} sm_{GATE_SM} cubin(s)", cubins)
+
+
+def compile_one(name: str, build: Callable[[], object], dump_dir: Path,
+                hook: Callable[[], object] = stop_after_lowering) -> GateResult:
+    """Run one builder under the hook and judge the cubins it left in ``dump_dir``.
+
+    ``dump_dir`` belongs to the gate: cubins of earlier kernels are removed
+    first (two kernels may share a launcher name, hence a cubin file name).
+    """
+    for old in dump_dir.glob("*.cubin"):
+        old.unlink()
+    try:
+        with hook() as lowered:  # type: ignore[attr-defined]
+            try:
+                build()
+                reached = True
+            except Exception as exc:
+                if not _caused_by_lowered(exc):
+                    tail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                    return GateResult(name, False, f"compile failed: {tail[-2000:]}")
+                reached = bool(lowered)
+    except Exception as exc:  # the hook itself could not be installed
+        return GateResult(name, False, f"gate could not hook the DSL: {exc!r}")
+    return judge_cubins(name, sorted(dump_dir.glob("*.cubin")), reached)
+
+
+def gate_builders() -> dict[str, Callable[[], object]]:
+    """Registered production kernels plus the sanitizer self-test kernels."""
+    from megamoe.kernel_registry import load_all
+    from sanitizers.selftest_kernels import builders
+
+    out = {name: entry.build for name, entry in sorted(load_all().items())}
+    out.update(builders())
+    return out
+
+
+def run_gate(python: str, root: Path, dump_dir: Path, timeout_s: float = 900) -> list[GateResult]:
+    """Run the gate in a fresh interpreter (the DSL reads its environment once)."""
+    dump_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [python, "-m", "tests.harness.compile_gate", str(dump_dir)], cwd=root,
+        env=gate_environment(dump_dir), capture_output=True, text=True, timeout=timeout_s,
+        check=False,
+    )
+    results = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            d = json.loads(line)
+            results.append(GateResult(d["name"], d["ok"], d["reason"], tuple(d["cubins"])))
+    if proc.returncode not in (0, 1) or not results:
+        results.append(GateResult("<gate process>", False,
+                                  f"exit {proc.returncode}: {proc.stderr[-3000:]}"))
+    return results
+
+
+def main(argv: list[str]) -> int:
+    dump_dir = Path(argv[0])
+    dump_dir.mkdir(parents=True, exist_ok=True)
+    ok = True
+    for name, build in gate_builders().items():
+        result = compile_one(name, build, dump_dir)
+        ok &= result.ok
+        print(json.dumps(result.as_dict()), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

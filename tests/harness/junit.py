@@ -1,0 +1,95 @@
+"""Read pytest JUnit XML into counts and the ids of skipped and failing tests.
+
+pytest writes module-level (collection) skips and collection errors into the
+same report, so a skip at collection time is counted like a run-time skip. An
+xfail is reported as skipped and counted as one: strict mode treats every
+test that did not pass as not passed.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class JUnitCounts:
+    """Counts over one or more JUnit reports; ``skipped_ids`` holds "id (reason)"."""
+
+    tests: int = 0
+    passed: int = 0
+    failures: int = 0
+    errors: int = 0
+    skipped: int = 0
+    skipped_ids: tuple[str, ...] = field(default=())
+    failed_ids: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "tests": self.tests,
+            "passed": self.passed,
+            "failed": self.failures,
+            "errors": self.errors,
+            "skipped": self.skipped,
+            "skipped_ids": list(self.skipped_ids),
+            "failed_ids": list(self.failed_ids),
+        }
+
+    def __add__(self, other: JUnitCounts) -> JUnitCounts:
+        return JUnitCounts(
+            self.tests + other.tests,
+            self.passed + other.passed,
+            self.failures + other.failures,
+            self.errors + other.errors,
+            self.skipped + other.skipped,
+            self.skipped_ids + other.skipped_ids,
+            self.failed_ids + other.failed_ids,
+        )
+
+
+def _case_id(case: ET.Element) -> str:
+    classname = case.get("classname", "")
+    name = case.get("name", "")
+    return f"{classname}::{name}" if classname else name
+
+
+def _skip_reason(el: ET.Element) -> str:
+    """pytest puts a collection skip's reason in the element text, not its message."""
+    message = el.get("message", "")
+    text = (el.text or "").strip()
+    return text if text and message in ("", "collection skipped") else message
+
+
+def parse_junit(path: Path) -> JUnitCounts:
+    """Counts from one JUnit XML file, taken from its testcases (not the header totals)."""
+    root = ET.parse(path).getroot()
+    tests = passed = failures = errors = skipped = 0
+    skipped_ids: list[str] = []
+    failed_ids: list[str] = []
+    for case in root.iter("testcase"):
+        tests += 1
+        cid = _case_id(case)
+        if (el := case.find("error")) is not None:
+            errors += 1
+            failed_ids.append(f"{cid} (error: {el.get('message', '')[:200]})")
+        elif (el := case.find("failure")) is not None:
+            failures += 1
+            failed_ids.append(f"{cid} (failed: {el.get('message', '')[:200]})")
+        elif (el := case.find("skipped")) is not None:
+            skipped += 1
+            kind = "xfail" if el.get("type") == "pytest.xfail" else "skipped"
+            skipped_ids.append(f"{cid} ({kind}: {_skip_reason(el)[:200]})")
+        else:
+            passed += 1
+    return JUnitCounts(tests, passed, failures, errors, skipped, tuple(skipped_ids),
+                       tuple(failed_ids))
+
+
+def parse_many(paths: Iterable[Path]) -> JUnitCounts:
+    """Sum of ``parse_junit`` over ``paths``."""
+    total = JUnitCounts()
+    for p in paths:
+        total = total + parse_junit(p)
+    return total

@@ -1,0 +1,101 @@
+"""The CI gate for kernel changes: committed GPU records must vouch for the current kernels.
+
+Contract (issue 4): ``qualify.py --check-ledger`` fails when the current
+kernel-source digest (``tests.harness.hashing``) has no passing ``single``
+record under ``docs/qualification/`` (and, once ``tests/multi`` holds test
+files, no passing ``multi`` record), printing which kernel files changed since
+the last qualified digest. Before any kernel module exists it passes with a
+line saying so.
+
+A record counts for suite S when its JSON has ``kind == RECORD_KIND``, a
+``suites`` entry named S with status ``pass``, no ``--filter`` (a filtered run
+does not cover the suite), at least one GPU in its environment, and
+``source_hashes.kernel.digest`` equal to the current digest.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.harness.hashing import diff_files, hash_group, kernel_modules
+
+LEDGER_DIR = "docs/qualification"
+RECORD_KIND = "megamoe-qualification"
+GATED_SUITES = ("single", "multi")
+
+
+@dataclass(frozen=True)
+class LedgerResult:
+    ok: bool
+    lines: tuple[str, ...]
+
+
+def load_records(root: Path) -> list[tuple[Path, dict]]:
+    """Every qualification record (JSON) under ``docs/qualification``, oldest first."""
+    records = []
+    for path in sorted((root / LEDGER_DIR).rglob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict) and data.get("kind") == RECORD_KIND:
+            records.append((path, data))
+    records.sort(key=lambda pr: (str(pr[1].get("finished_at", "")), str(pr[0])))
+    return records
+
+
+def passes_suite(record: dict, suite: str) -> bool:
+    """True when ``record`` holds a passing, unfiltered GPU run of ``suite``."""
+    gpus = record.get("environment", {}).get("gpus") or []
+    if record.get("arguments", {}).get("filter"):
+        return False
+    return bool(gpus) and any(
+        s.get("name") == suite and s.get("status") == "pass" for s in record.get("suites", [])
+    )
+
+
+def multi_tests_exist(root: Path) -> bool:
+    return any((root / "tests" / "multi").rglob("test_*.py"))
+
+
+def required_suites(root: Path) -> tuple[str, ...]:
+    return ("single", "multi") if multi_tests_exist(root) else ("single",)
+
+
+def check_ledger(root: Path) -> LedgerResult:
+    """See the module contract."""
+    kernels = kernel_modules(root)
+    if not kernels:
+        return LedgerResult(True, (
+            "ledger: no kernel modules yet (no megamoe/**/*_kernel.py): nothing to gate; pass",
+        ))
+    current = hash_group(root, "kernel")
+    records = load_records(root)
+    lines = [f"ledger: kernel-source digest {current.digest[:16]} "
+             f"({len(current.files)} files, {len(kernels)} kernel modules)"]
+    ok = True
+    for suite in required_suites(root):
+        passing = [(p, r) for p, r in records if passes_suite(r, suite)]
+        match = [p for p, r in passing
+                 if r.get("source_hashes", {}).get("kernel", {}).get("digest") == current.digest]
+        if match:
+            lines.append(f"ledger: {suite}: qualified by {match[-1].relative_to(root)}")
+            continue
+        ok = False
+        lines.append(f"ledger: {suite}: FAIL: no passing '{suite}' record in {LEDGER_DIR}/ for "
+                     f"kernel-source digest {current.digest[:16]}")
+        if not passing:
+            lines.append(f"ledger: {suite}: no passing '{suite}' record exists at all")
+            continue
+        last_path, last = passing[-1]
+        old = last.get("source_hashes", {}).get("kernel", {})
+        lines.append(f"ledger: {suite}: last qualified digest {str(old.get('digest'))[:16]} "
+                     f"({last_path.relative_to(root)}); kernel files changed since:")
+        changes = diff_files(old.get("files", {}), current.files)
+        lines += [f"  {c}" for c in changes] or ["  (no per-file hashes in that record)"]
+    if not ok:
+        lines.append("ledger: run the GPU suites (python qualify.py --suite single ...) on a GPU "
+                     "machine and commit the record; see docs/contributing.md")
+    return LedgerResult(ok, tuple(lines))

@@ -1,0 +1,106 @@
+"""Offline compile gate: every registered CuTe DSL kernel lowers to an sm_90a cubin on the CPU.
+
+The gate (``tests.harness.compile_gate``) compiles ``megamoe.kernel_registry.load_all()``
+plus the sanitizer self-test kernels in a fresh interpreter and stops each
+compile right after lowering (no GPU, no driver). A new kernel module is
+covered without editing this file.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from megamoe.kernel_registry import load_all
+from sanitizers.selftest_kernels import builders as selftest_builders
+from tests.harness.compile_gate import (
+    EM_CUDA,
+    GATE_SM,
+    LoweredOffline,
+    compile_one,
+    cubin_sm,
+    judge_cubins,
+    run_gate,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def gate_results(tmp_path_factory: pytest.TempPathFactory):
+    return run_gate(sys.executable, ROOT, tmp_path_factory.mktemp("cubins"))
+
+
+def test_every_registered_kernel_and_selftest_kernel_compiles_for_sm90a(gate_results) -> None:
+    failed = [f"{r.name}: {r.reason}" for r in gate_results if not r.ok]
+    assert not failed, "kernels that no longer compile for sm_90a:\n" + "\n".join(failed)
+
+
+def test_gate_covers_the_whole_registry_and_all_selftest_kernels(gate_results) -> None:
+    names = {r.name for r in gate_results}
+    expected = set(load_all()) | set(selftest_builders())
+    assert expected <= names
+    assert len(selftest_builders()) == 8  # four tools x (planted, clean)
+
+
+def _fake_cubin(sm: int, machine: int = EM_CUDA) -> bytes:
+    header = bytearray(64)
+    header[:4] = b"\x7fELF"
+    header[4] = 2  # ELF64
+    header[5] = 1  # little endian
+    struct.pack_into("<H", header, 18, machine)
+    struct.pack_into("<I", header, 48, (sm << 16) | sm)
+    return bytes(header)
+
+
+def test_cubin_sm_reads_the_sm_from_a_cuda_elf() -> None:
+    assert cubin_sm(_fake_cubin(90)) == 90
+    assert cubin_sm(_fake_cubin(80)) == 80
+    assert cubin_sm(_fake_cubin(90, machine=62)) is None  # x86-64, not CUDA
+    assert cubin_sm(b"not an elf at all, just text padding.......................") is None
+
+
+def test_gate_fails_a_kernel_whose_build_raises(tmp_path: Path) -> None:
+    def broken() -> object:
+        raise TypeError("planted: kernel no longer type-checks")
+
+    result = compile_one("broken", broken, tmp_path, hook=_counting_hook)
+    assert not result.ok
+    assert "planted: kernel no longer type-checks" in result.reason
+
+
+def test_gate_fails_a_kernel_built_for_the_wrong_arch(tmp_path: Path) -> None:
+    def wrong_arch() -> object:
+        (tmp_path / "k.sm_80.cubin").write_bytes(_fake_cubin(80))
+        raise LoweredOffline
+
+    result = compile_one("wrong-arch", wrong_arch, tmp_path, hook=_counting_hook)
+    assert not result.ok
+    assert f"expected {GATE_SM}" in result.reason
+
+
+def test_gate_fails_a_build_that_writes_no_cubin(tmp_path: Path) -> None:
+    result = judge_cubins("silent", [], reached=True)
+    assert not result.ok and "no cubin" in result.reason
+
+
+def test_gate_passes_a_build_that_lowered_to_sm90(tmp_path: Path) -> None:
+    def good() -> object:
+        (tmp_path / "k.sm_90a.cubin").write_bytes(_fake_cubin(90))
+        raise LoweredOffline
+
+    assert compile_one("good", good, tmp_path, hook=_counting_hook).ok
+
+
+class _counting_hook:
+    """A stand-in for ``stop_after_lowering`` that needs no CuTe DSL."""
+
+    def __enter__(self) -> list[int]:
+        self.lowered = [1]
+        return self.lowered
+
+    def __exit__(self, *exc: object) -> bool:
+        return False

@@ -1,0 +1,143 @@
+"""qualify.py --check-ledger: kernel changes need a committed passing GPU record for their hash.
+
+Each test builds a small fake repository in a temp dir (megamoe/ with a kernel
+module, docs/qualification/ with records) and checks it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.harness.hashing import hash_group, source_hashes
+from tests.harness.ledger import LEDGER_DIR, RECORD_KIND, check_ledger
+from tests.harness.qualify_main import main
+
+H200 = {"index": 0, "name": "NVIDIA H200", "arch": "sm_90", "total_memory_bytes": 1}
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    (tmp_path / "megamoe" / "staging").mkdir(parents=True)
+    (tmp_path / "megamoe" / "__init__.py").write_text("")
+    (tmp_path / "megamoe" / "staging" / "route_kernel.py").write_text("KERNEL = 1\n")
+    (tmp_path / "megamoe" / "layer.py").write_text("LAYER = 1\n")
+    (tmp_path / "megamoe" / "bench").mkdir()
+    (tmp_path / "megamoe" / "bench" / "run.py").write_text("BENCH = 1\n")
+    (tmp_path / "tests" / "multi").mkdir(parents=True)
+    (tmp_path / LEDGER_DIR).mkdir(parents=True)
+    return tmp_path
+
+
+def record(repo: Path, name: str, *suites: str, status: str = "pass", gpus=(H200,),
+           filter: str | None = None) -> Path:
+    rec = {
+        "kind": RECORD_KIND,
+        "schema": 1,
+        "finished_at": f"2026-01-01T00:00:{len(list((repo / LEDGER_DIR).iterdir())):02d}Z",
+        "arguments": {"filter": filter},
+        "environment": {"gpus": list(gpus)},
+        "suites": [{"name": s, "status": status} for s in suites],
+        "source_hashes": {k: v.as_dict() for k, v in source_hashes(repo).items()},
+    }
+    path = repo / LEDGER_DIR / name
+    path.write_text(json.dumps(rec))
+    return path
+
+
+def test_no_kernels_yet_passes_with_a_line_saying_so(tmp_path: Path) -> None:
+    (tmp_path / "megamoe").mkdir()
+    (tmp_path / "megamoe" / "layer.py").write_text("x = 1\n")
+    result = check_ledger(tmp_path)
+    assert result.ok
+    assert "no kernel modules yet" in "\n".join(result.lines)
+
+
+def test_unchanged_kernels_with_a_passing_single_record_pass(repo: Path) -> None:
+    record(repo, "a.json", "single")
+    result = check_ledger(repo)
+    assert result.ok, result.lines
+    assert "qualified by docs/qualification/a.json" in "\n".join(result.lines)
+
+
+def test_a_changed_kernel_file_fails_and_is_named(repo: Path) -> None:
+    record(repo, "a.json", "single")
+    (repo / "megamoe" / "staging" / "route_kernel.py").write_text("KERNEL = 2\n")
+    (repo / "megamoe" / "new_kernel.py").write_text("NEW = 1\n")
+    result = check_ledger(repo)
+    text = "\n".join(result.lines)
+    assert not result.ok
+    assert "no passing 'single' record" in text
+    assert "  M megamoe/staging/route_kernel.py" in text
+    assert "  A megamoe/new_kernel.py" in text
+    assert "megamoe/layer.py" not in text
+
+
+def test_a_removed_launcher_counts_as_a_kernel_change(repo: Path) -> None:
+    record(repo, "a.json", "single")
+    (repo / "megamoe" / "layer.py").unlink()
+    result = check_ledger(repo)
+    assert not result.ok and "  D megamoe/layer.py" in result.lines
+
+
+def test_benchmark_and_bytecode_changes_do_not_invalidate_the_record(repo: Path) -> None:
+    record(repo, "a.json", "single")
+    (repo / "megamoe" / "bench" / "run.py").write_text("BENCH = 2\n")
+    (repo / "megamoe" / "__pycache__").mkdir()
+    (repo / "megamoe" / "__pycache__" / "layer.cpython-311.pyc").write_bytes(b"\0")
+    assert check_ledger(repo).ok
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "why"),
+    [
+        ({"status": "fail"}, "a failing record"),
+        ({"gpus": ()}, "a record made without a GPU"),
+        ({"filter": "sanitizer"}, "a filtered run"),
+    ],
+)
+def test_records_that_do_not_vouch_for_the_suite_do_not_count(repo: Path, kwargs, why) -> None:
+    record(repo, "a.json", "single", **kwargs)
+    assert not check_ledger(repo).ok, why
+
+
+def test_a_record_of_another_suite_does_not_count(repo: Path) -> None:
+    record(repo, "a.json", "host")
+    assert not check_ledger(repo).ok
+
+
+def test_once_multi_tests_exist_a_passing_multi_record_is_required_too(repo: Path) -> None:
+    (repo / "tests" / "multi" / "test_world.py").write_text("def test_x(): pass\n")
+    record(repo, "a.json", "single")
+    result = check_ledger(repo)
+    assert not result.ok
+    assert "no passing 'multi' record" in "\n".join(result.lines)
+    record(repo, "b.json", "multi")
+    assert check_ledger(repo).ok
+
+
+def test_the_change_list_compares_with_the_latest_qualified_record(repo: Path) -> None:
+    record(repo, "a.json", "single")
+    (repo / "megamoe" / "layer.py").write_text("LAYER = 2\n")
+    record(repo, "b.json", "single")
+    (repo / "megamoe" / "staging" / "route_kernel.py").write_text("KERNEL = 3\n")
+    lines = check_ledger(repo).lines
+    assert "  M megamoe/staging/route_kernel.py" in lines
+    assert "  M megamoe/layer.py" not in lines
+    assert any("b.json" in line for line in lines)
+
+
+def test_check_ledger_cli_exit_codes(repo: Path, capsys) -> None:
+    assert main(["--check-ledger"], root=repo) == 1
+    assert "no passing 'single' record exists at all" in capsys.readouterr().out
+    record(repo, "a.json", "single")
+    assert main(["--check-ledger"], root=repo) == 0
+
+
+def test_kernel_digest_changes_with_any_byte(repo: Path) -> None:
+    before = hash_group(repo, "kernel").digest
+    path = repo / "megamoe" / "layer.py"
+    path.write_text(path.read_text() + " ")
+    assert hash_group(repo, "kernel").digest != before

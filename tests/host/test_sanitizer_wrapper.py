@@ -1,0 +1,220 @@
+"""sanitizers.wrapper on the CPU, with a stand-in compute-sanitizer over throwaway test trees.
+
+The stand-in runs its target like the real tool, prints the tool's banner and
+summary lines (an error for every node id containing "planted"), exits with
+``--error-exitcode`` on errors, and logs its argv and environment so the
+tests can check the flags the wrapper passes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sanitizers.wrapper import (
+    EXPECT_CAUGHT,
+    EXPECT_CLEAN,
+    SANITIZER_ERROR_EXITCODE,
+    collect_node_ids,
+    expand_cases,
+    run_case,
+    run_tool,
+    sanitizer_command,
+    write_junit,
+)
+from tests.harness.junit import parse_junit
+from tests.suites import SanitizerCoverage
+
+FAKE_TOOL = r"""#!/bin/bash
+# Stand-in for compute-sanitizer: logs its call, fakes the target's outcome from the node id.
+declare -A opt
+while [[ "$1" == --* ]]; do opt[$1]=$2; shift 2; done
+node="$4"
+printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${opt[--tool]}" "${opt[--error-exitcode]}" \
+  "${opt[--target-processes]}" "${opt[--report-api-errors]}" \
+  "$PYTORCH_NO_CUDA_MEMORY_CACHING" "$MEGAMOE_SANITIZER_TOOL" "$*" >>"$FAKE_SANITIZER_CALLS"
+echo "========= COMPUTE-SANITIZER"
+rc=0; errors=0
+case "$node" in
+  *::test_planted) errors=3 ;;
+  *::test_fails) echo "1 failed"; rc=1 ;;
+  *::test_hangs) sleep 120 ;;
+  *) echo "1 passed" ;;
+esac
+for ((i = 0; i < errors; i++)); do echo "========= Invalid __global__ write of size 4 bytes"; done
+[[ "$FAKE_SANITIZER_MODE" == no-summary ]] && exit $rc
+echo "========= ERROR SUMMARY: $errors errors"
+((errors)) && exit "${opt[--error-exitcode]}"
+exit $rc
+"""
+
+TESTS = '''\
+import time
+def test_planted(): pass
+def test_clean(): pass
+def test_clean_too(): pass
+def test_fails(): assert False, "planted test failure"
+def test_hangs(): time.sleep(120)
+'''
+
+
+@pytest.fixture()
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "tree"
+    (root / "t").mkdir(parents=True)
+    (root / "t" / "test_cases.py").write_text(TESTS)
+    (root / "t" / "test_marked.py").write_text(
+        "import pytest\n@pytest.mark.sanitizer\ndef test_designated(): pass\n"
+        "def test_unmarked(): pass\n")
+    (root / "t" / "test_targets.py").write_text(
+        "import pytest\n@pytest.mark.sanitizer\ndef test_planted_target(): pass\n")
+    exe = tmp_path / "compute-sanitizer"
+    exe.write_text(FAKE_TOOL)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("FAKE_SANITIZER_CALLS", str(tmp_path / "calls.jsonl"))
+    return root
+
+
+_CALL_FIELDS = ("tool", "exitcode", "targets", "api_errors", "no_caching", "tool_env", "argv")
+
+
+def calls(tree: Path) -> list[dict]:
+    path = tree.parent / "calls.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [dict(zip(_CALL_FIELDS, line.split("\t"), strict=True)) for line in lines]
+
+
+def exe(tree: Path) -> str:
+    return str(tree.parent / "compute-sanitizer")
+
+
+def coverage(planted: str = "t/test_cases.py::test_planted",
+             cases: tuple[str, ...] = ("t/test_cases.py::test_clean",),
+             report: str = "Invalid __global__ write") -> SanitizerCoverage:
+    return SanitizerCoverage("memcheck", planted, report, cases)
+
+
+def tool_run(tree: Path, cov: SanitizerCoverage, **kw):
+    return run_tool(cov, exe=exe(tree), python=sys.executable, root=tree,
+                    out_dir=tree.parent / "out", **kw)
+
+
+def test_planted_case_caught_and_clean_case_clean_pass_the_tool_run(tree: Path) -> None:
+    run = tool_run(tree, coverage())
+    assert run.status == "pass", run.message
+    planted, clean = run.results
+    assert (planted.expect, planted.ok, planted.summary.errors) == (EXPECT_CAUGHT, True, 3)
+    assert planted.returncode == SANITIZER_ERROR_EXITCODE
+    assert (clean.expect, clean.ok, clean.summary.errors) == (EXPECT_CLEAN, True, 0)
+
+
+def test_wrapper_passes_the_required_flags_and_environment(tree: Path) -> None:
+    tool_run(tree, coverage())
+    (first, _) = calls(tree)
+    assert first["tool"] == "memcheck"
+    assert first["exitcode"] == str(SANITIZER_ERROR_EXITCODE)
+    assert first["targets"] == "application-only"
+    assert first["api_errors"] == "no"
+    assert first["no_caching"] == "1"
+    assert first["tool_env"] == "memcheck"
+    assert first["argv"].split()[:4] == [sys.executable, "-m", "pytest",
+                                         "t/test_cases.py::test_planted"]
+
+
+def test_each_test_runs_in_its_own_process(tree: Path) -> None:
+    cov = coverage(cases=("t/test_cases.py::test_clean", "t/test_cases.py::test_clean_too"))
+    run = tool_run(tree, cov)
+    assert run.status == "pass", run.message
+    targets = [c["argv"].split()[3] for c in calls(tree)]
+    assert targets == ["t/test_cases.py::test_planted", "t/test_cases.py::test_clean",
+                       "t/test_cases.py::test_clean_too"]
+
+
+def test_declared_paths_expand_into_one_case_per_test(tree: Path) -> None:
+    ids = collect_node_ids(sys.executable, ["t/test_cases.py"], root=tree, keyword="clean")
+    assert ids == ["t/test_cases.py::test_clean", "t/test_cases.py::test_clean_too"]
+
+
+def test_declared_paths_take_marked_tests_minus_the_excluded_self_test_targets(tree) -> None:
+    ids = expand_cases(sys.executable, ("t/test_cases.py::test_clean", "t"), root=tree,
+                       markexpr="sanitizer", exclude=("t/test_targets.py",))
+    assert ids == ["t/test_cases.py::test_clean", "t/test_marked.py::test_designated"]
+
+
+def test_missing_summary_is_unknown_and_fails(tree: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SANITIZER_MODE", "no-summary")
+    run = tool_run(tree, coverage())
+    assert run.status == "fail"
+    planted, clean = run.results
+    assert not planted.ok and "NOT caught" in planted.reason
+    assert not clean.ok and clean.summary.status == "unknown"
+
+
+def test_planted_bug_not_caught_fails_the_tool_run(tree: Path) -> None:
+    run = tool_run(tree, coverage(planted="t/test_cases.py::test_clean_too"))
+    assert run.status == "fail"
+    assert "planted bug NOT caught" in run.message
+
+
+def test_errors_that_are_not_the_planted_report_do_not_count_as_caught(tree: Path) -> None:
+    run = tool_run(tree, coverage(report="Barrier error detected"))
+    assert run.status == "fail"
+    assert "not the planted one" in run.results[0].reason
+
+
+def test_a_failing_test_is_a_failure_even_with_zero_sanitizer_errors(tree: Path) -> None:
+    run = tool_run(tree, coverage(cases=("t/test_cases.py::test_fails",)))
+    assert run.status == "fail"
+    assert "exited 1" in run.results[1].reason
+
+
+def test_a_filter_that_selects_no_declared_case_fails_strictly(tree: Path) -> None:
+    run = tool_run(tree, coverage(), keyword="nothing_matches_this")
+    assert run.status == "fail"
+    assert "zero declared cases ran" in run.message
+
+
+def test_a_hanging_case_is_killed_and_fails(tree: Path) -> None:
+    t0 = time.monotonic()
+    res = run_case("memcheck", "t/test_cases.py::test_hangs", EXPECT_CLEAN, exe=exe(tree),
+                   python=sys.executable, root=tree, out_dir=tree.parent / "out", timeout_s=3)
+    assert time.monotonic() - t0 < 60
+    assert res.timed_out and not res.ok
+    assert res.returncode == 124
+
+
+def test_junit_report_has_one_testcase_per_process_and_marks_failures(tree: Path) -> None:
+    run = tool_run(tree, coverage(cases=("t/test_cases.py::test_clean",
+                                         "t/test_cases.py::test_fails")))
+    path = tree.parent / "out.junit.xml"
+    write_junit(run, path)
+    counts = parse_junit(path)
+    assert (counts.tests, counts.passed, counts.failures) == (3, 2, 1)
+
+
+def test_sanitizer_command_rejects_an_unknown_tool_and_leak_check_outside_memcheck() -> None:
+    with pytest.raises(ValueError, match="tool"):
+        sanitizer_command("cs", "leakcheck", ["x"])
+    with pytest.raises(ValueError, match="leak_check"):
+        sanitizer_command("cs", "racecheck", ["x"], leak_check=True)
+    cmd = sanitizer_command("cs", "memcheck", ["x"], leak_check=True)
+    assert cmd[-3:] == ["--leak-check", "full", "x"]
+
+
+def test_self_test_targets_fail_outside_the_wrapper() -> None:
+    """A planted target run without the sanitizer must fail (never pass or skip)."""
+    root = Path(__file__).resolve().parents[2]
+    node = "tests/single/test_sanitizer_selftests.py::test_selftest_target[memcheck-planted]"
+    env = {k: v for k, v in os.environ.items() if k != "MEGAMOE_SANITIZER_TOOL"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", node, "-q", "-p", "no:cacheprovider",
+                           "-p", "no:xdist"], cwd=root, env=env, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "must run under compute-sanitizer --tool memcheck" in proc.stdout
+    assert "skipped" not in proc.stdout
