@@ -52,3 +52,16 @@ def cuda_device():
     if not torch.cuda.is_available():
         pytest.fail("this test needs a CUDA GPU and none is available", pytrace=False)
     return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run the test with one intra-op thread (tiny GEMMs on the small shared CI machine:
+    oversubscribed OpenMP threads turn each small matmul into barrier waiting). The
+    oracle's bits never depend on the thread count (tests/host/test_experts.py)."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)

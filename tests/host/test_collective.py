@@ -14,22 +14,16 @@ import pytest
 import torch
 
 import oracle.collective as collective_mod
-from fixtures.scenarios import make_scenario
+from fixtures.scenarios import SCENARIO_NAMES, make_scenario
 from oracle.collective import ep_forward
 from oracle.combine import masked_combine
 from oracle.experts import expert_terms, moe_forward, prequantized_a1
 from oracle.formats import quantize_mxfp8
 from oracle.routing import dispatch_layout, stage_routes
-from tests.host.test_experts import ALL_RECIPES, H, _bytes, _same_bits, random_case
+from tests.bitwise import as_bytes, same_bits
+from tests.host.test_experts import ALL_RECIPES, H, random_case
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """See tests/host/test_experts.py: tiny GEMMs, small shared machine."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _split(hidden, ids, scores, sizes):
@@ -55,7 +49,7 @@ def world_size_failures(recipe: str) -> list[str]:
         outs = ep_forward(_split(hidden, ids, scores, sizes), weights, config, p)
         start = 0
         for r, (n, out) in enumerate(zip(sizes, outs, strict=True)):
-            if not _same_bits(out, single[start : start + n]):
+            if not same_bits(out, single[start : start + n]):
                 failures.append(f"P={p} rank {r}")
             start += n
     return failures
@@ -75,22 +69,10 @@ def test_ep_forward_is_each_ranks_masked_combine_of_expert_terms(recipe):
         s_ids, s_scores = stage_routes(i, s, max(1, h.shape[0]))
         t = h.shape[0]
         terms = expert_terms(h, s_ids[:t], s_scores[:t], weights, config)
-        assert _same_bits(out, masked_combine(terms, s_ids[:t]))
+        assert same_bits(out, masked_combine(terms, s_ids[:t]))
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "dense-129",
-        "all-masked",
-        "last-capacity-row-only",
-        "sparse-holes",
-        "asymmetric",
-        "skewed",
-        "empty-rank",
-        "uniform",
-    ],
-)
+@pytest.mark.parametrize("name", SCENARIO_NAMES)
 def test_scenarios_match_single_rank_forward_on_every_live_row(name):
     """Capacity-shaped scenario inputs (NaN garbage rows, NaN/Inf behind masked slots) go in
     as RankInputs; every live row of every rank equals moe_forward on that rank's rows."""
@@ -100,9 +82,9 @@ def test_scenarios_match_single_rank_forward_on_every_live_row(name):
     )
     outs = ep_forward(state.ranks, weights, config, 4, capacity=12)
     for rank, out in zip(state.ranks, outs, strict=True):
-        assert _same_bits(out, moe_forward(*rank.live(), weights, config))
+        assert same_bits(out, moe_forward(*rank.live(), weights, config))
         no_active = (rank.live()[1] == -1).all(dim=1)
-        assert bool((_bytes(out[no_active]) == 0).all())
+        assert bool((as_bytes(out[no_active]) == 0).all())
 
 
 def test_masked_slot_scores_nan_inf_or_zero_give_identical_bits():
@@ -110,7 +92,7 @@ def test_masked_slot_scores_nan_inf_or_zero_give_identical_bits():
     zeroed = torch.where(ids == -1, torch.zeros_like(scores), scores)
     a = ep_forward(_split(hidden, ids, scores, [4, 4, 8, 0]), weights, config, 4)
     b = ep_forward(_split(hidden, ids, zeroed, [4, 4, 8, 0]), weights, config, 4)
-    assert all(_same_bits(x, y) for x, y in zip(a, b, strict=True))
+    assert all(same_bits(x, y) for x, y in zip(a, b, strict=True))
 
 
 def test_larger_capacity_changes_nothing():
@@ -118,14 +100,14 @@ def test_larger_capacity_changes_nothing():
     ranks = _split(hidden, ids, scores, [4, 6])
     a = ep_forward(ranks, weights, config, 2)
     b = ep_forward(ranks, weights, config, 2, capacity=33)
-    assert all(_same_bits(x, y) for x, y in zip(a, b, strict=True))
+    assert all(same_bits(x, y) for x, y in zip(a, b, strict=True))
 
 
 def test_inputs_are_never_written():
     config, weights, hidden, ids, scores = random_case("bf16", 10, seed=35)
     copies = [t.clone() for t in (hidden, ids, scores)]
     ep_forward(_split(hidden, ids, scores, [5, 5]), weights, config, 2)
-    assert all(_same_bits(t, c) for t, c in zip((hidden, ids, scores), copies, strict=True))
+    assert all(same_bits(t, c) for t, c in zip((hidden, ids, scores), copies, strict=True))
 
 
 def test_experts_not_divisible_by_world_size_is_rejected():
@@ -208,7 +190,7 @@ def test_prequantized_hidden_ranks_match_bf16_hidden_ranks():
     ]
     got = ep_forward(pre, weights, config, 4)
     want = ep_forward(_split(hidden, ids, scores, [5, 0, 7, 0]), weights, config, 4)
-    assert all(_same_bits(x, y) for x, y in zip(got, want, strict=True))
+    assert all(same_bits(x, y) for x, y in zip(got, want, strict=True))
 
 
 def test_docs_oracle_example_runs():

@@ -36,17 +36,9 @@ from oracle.formats import (
 )
 from oracle.recipes import RECIPES, Format
 from oracle.routing import stage_routes
+from tests.bitwise import as_bytes, same_bits
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny GEMMs on the small shared CI machine: with two OpenMP threads an oversubscribed
-    core turns each 64-row matmul into ~30 ms of barrier waiting; one thread takes ~0.02 ms.
-    (Thread count never changes the oracle's bits: see test_rows_matmul_*_threads.)"""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 THIRD = float(np.float32(1 / 3))  # NVFP4 global scale that makes lone powers of two exact
@@ -57,12 +49,6 @@ H, INTER, E, K = 64, 32, 4, 2
 OUT_COL = {0: 3, 1: 10, 2: 17, 3: 40}  # output column (W2 row) each expert writes
 
 
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.uint8)
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bytes(a), _bytes(b))
 
 
 KNOWN_CONFIGS = {
@@ -133,7 +119,7 @@ def known_answer_failures(forward, config: MoEConfig) -> list[str]:
     hidden, ids, scores = _known_inputs()
     got = forward(hidden, ids, scores, _known_weights(config), config)
     want = _known_expected()
-    bad = (_bytes(got) != _bytes(want)).view(3, H, 2).any(dim=2).nonzero().tolist()
+    bad = (as_bytes(got) != as_bytes(want)).view(3, H, 2).any(dim=2).nonzero().tolist()
     return [f"out[{t}, {c}] = {float(got[t, c])}, expected {float(want[t, c])}" for t, c in bad]
 
 
@@ -211,12 +197,12 @@ def test_prepare_weights_quantizes_each_format_along_k():
     w13, w2 = torch.randn(2, 64, 64, generator=g), torch.randn(2, 64, 32, generator=g)
     mx = prepare_weights(w13, w2, MoEConfig("mxfp8", 2, 1, 64, 32, mxfp8_mode="floor"))
     p, s = quantize_mxfp8(w13, elem="e4m3", mode="floor")
-    assert _same_bits(mx.w13, p) and _same_bits(mx.w13_scale, s)
+    assert same_bits(mx.w13, p) and same_bits(mx.w13_scale, s)
     fp4 = prepare_weights(w13, w2, MoEConfig("fp8_mxfp4", 2, 1, 64, 32))
     p, s = quantize_mxfp4(w2)
-    assert _same_bits(fp4.w2, p) and _same_bits(fp4.w2_scale, s)
+    assert same_bits(fp4.w2, p) and same_bits(fp4.w2_scale, s)
     bf = prepare_weights(w13, w2, MoEConfig("bf16", 2, 1, 64, 32))
-    assert _same_bits(bf.w13, w13.to(torch.bfloat16))
+    assert same_bits(bf.w13, w13.to(torch.bfloat16))
 
 
 def test_prepare_weights_nvfp4_global_scale_is_per_expert_amax_over_2688():
@@ -234,7 +220,7 @@ def test_prepare_weights_nvfp4_global_scale_is_per_expert_amax_over_2688():
     p, s = quantize_nvfp4(
         w13, global_scale=nvfp4_global_scale(w13.abs().amax(dim=(1, 2))).view(3, 1, 1)
     )
-    assert _same_bits(weights.w13, p) and _same_bits(weights.w13_scale, s)
+    assert same_bits(weights.w13, p) and same_bits(weights.w13_scale, s)
 
 
 def test_prepare_weights_accepts_prequantized_and_padded_scales():
@@ -246,8 +232,8 @@ def test_prepare_weights_accepts_prequantized_and_padded_scales():
     padded[..., :2] = ref.w13_scale
     pre = prepare_weights(ref.w13, ref.w2, config, w13_scale=padded, w2_scale=ref.w2_scale)
     for e in range(2):
-        assert _same_bits(pre.dequantize_w13(e), ref.dequantize_w13(e))
-        assert _same_bits(pre.dequantize_w2(e), ref.dequantize_w2(e))
+        assert same_bits(pre.dequantize_w13(e), ref.dequantize_w13(e))
+        assert same_bits(pre.dequantize_w2(e), ref.dequantize_w2(e))
 
 
 def test_prepare_weights_never_writes_its_inputs():
@@ -255,7 +241,7 @@ def test_prepare_weights_never_writes_its_inputs():
     before = (w13.clone(), w2.clone())
     for case in ("bf16", "nvfp4", "fp8_mxfp4-rceil"):
         _known_weights(_known_config(case))
-    assert _same_bits(w13, before[0]) and _same_bits(w2, before[1])
+    assert same_bits(w13, before[0]) and same_bits(w2, before[1])
 
 
 @pytest.mark.parametrize(
@@ -317,7 +303,7 @@ def test_known_answer_nvfp4_from_hand_packed_weights():
         w2_global_scale=1.0,
     )
     hidden, ids, scores = _known_inputs()
-    assert _same_bits(moe_forward(hidden, ids, scores, weights, config), _known_expected())
+    assert same_bits(moe_forward(hidden, ids, scores, weights, config), _known_expected())
 
 
 def test_known_answer_clamp_limits_gate_above_and_up_both_sides():
@@ -338,7 +324,7 @@ def test_known_answer_clamp_limits_gate_above_and_up_both_sides():
         out = moe_forward(hidden, ids, scores, prepare_weights(w13, w2, config), config)
         want = torch.zeros(2, H, dtype=torch.bfloat16)
         want[0, OUT_COL[0]], want[1, OUT_COL[1]] = value, -value
-        assert _same_bits(out, want), clamp
+        assert same_bits(out, want), clamp
 
 
 def _weighting_case(late: bool) -> torch.Tensor:
@@ -431,7 +417,7 @@ def test_masked_slot_scores_nan_inf_or_zero_give_identical_bits(recipe):
     assert bool((scores[ids == -1].isfinite() == False).all())  # noqa: E712
     a = moe_forward(hidden, ids, scores, weights, config)
     b = moe_forward(hidden, ids, zeroed, weights, config)
-    assert _same_bits(a, b)
+    assert same_bits(a, b)
 
 
 @pytest.mark.parametrize("recipe", ALL_RECIPES)
@@ -440,7 +426,7 @@ def test_permuting_token_rows_permutes_output_rows(recipe):
     perm = torch.randperm(20, generator=torch.Generator().manual_seed(0))
     a = moe_forward(hidden, ids, scores, weights, config)
     b = moe_forward(hidden[perm], ids[perm], scores[perm], weights, config)
-    assert _same_bits(a[perm], b)
+    assert same_bits(a[perm], b)
 
 
 @pytest.mark.parametrize("recipe", ALL_RECIPES)
@@ -450,7 +436,7 @@ def test_rows_without_active_slot_are_exactly_positive_zero(recipe):
     scores[3:6] = float("nan")
     hidden[3:6] = float("nan") if recipe != "fp8_mxfp4" else float("inf")
     out = moe_forward(hidden, ids, scores, weights, config)
-    assert torch.equal(_bytes(out[3:6]), torch.zeros_like(_bytes(out[3:6])))
+    assert torch.equal(as_bytes(out[3:6]), torch.zeros_like(as_bytes(out[3:6])))
     assert bool(out.isfinite().all())
 
 
@@ -466,8 +452,8 @@ def test_changing_one_row_never_changes_another_rows_output(recipe):
     s2[5] = torch.tensor([0.3, 0.9, float("nan")])
     after = moe_forward(h2, i2, s2, weights, config)
     keep = torch.arange(24) != 5
-    assert _same_bits(before[keep], after[keep])
-    assert not _same_bits(before[5], after[5])
+    assert same_bits(before[keep], after[keep])
+    assert not same_bits(before[5], after[5])
 
 
 def test_planted_bug_block_wide_a2_scale_breaks_row_independence(monkeypatch):
@@ -491,7 +477,7 @@ def test_rows_matmul_row_bits_do_not_depend_on_row_count_or_position():
     a, w = torch.randn(3 * ROW_TILE + 5, 96, generator=g), torch.randn(40, 96, generator=g)
     full = rows_matmul(a, w)
     for idx in ([0], [1, 2], [7, 3, 150], list(range(0, 3 * ROW_TILE + 5, 7))):
-        assert _same_bits(rows_matmul(a[idx], w), full[idx])
+        assert same_bits(rows_matmul(a[idx], w), full[idx])
 
 
 def test_rows_matmul_bits_do_not_depend_on_threads():
@@ -499,14 +485,14 @@ def test_rows_matmul_bits_do_not_depend_on_threads():
     a, w = torch.randn(2 * ROW_TILE + 3, 256, generator=g), torch.randn(128, 256, generator=g)
     one = rows_matmul(a, w)
     torch.set_num_threads(2)
-    assert _same_bits(rows_matmul(a, w), one)
+    assert same_bits(rows_matmul(a, w), one)
 
 
 def test_sigmoid_f32_is_position_independent_and_rounded_from_float64():
     x = torch.randn(4099, generator=torch.Generator().manual_seed(15)) * 8
     whole = sigmoid_f32(x)
     pieces = torch.cat([sigmoid_f32(x[i : i + 3]) for i in range(0, 4099, 3)])
-    assert _same_bits(whole, pieces)
+    assert same_bits(whole, pieces)
     want = (1 / (1 + np.exp(-x.numpy().astype(np.float64)))).astype(np.float32)
     assert np.array_equal(whole.numpy(), want)
     inf = torch.tensor([float("inf"), float("-inf"), float("nan")])
@@ -518,9 +504,9 @@ def test_moe_forward_is_masked_combine_of_expert_terms(recipe):
     config, weights, hidden, ids, scores = random_case(recipe, 9, seed=16)
     s_ids, s_scores = stage_routes(ids, scores, 9)
     terms = expert_terms(hidden, s_ids, s_scores, weights, config)
-    assert bool((_bytes(terms[s_ids == -1]) == 0).all())  # masked slots hold +0.0
+    assert bool((as_bytes(terms[s_ids == -1]) == 0).all())  # masked slots hold +0.0
     out = moe_forward(hidden, ids, scores, weights, config)
-    assert _same_bits(out, masked_combine(terms, s_ids))
+    assert same_bits(out, masked_combine(terms, s_ids))
 
 
 def test_inputs_are_never_written_and_any_strides_accepted():
@@ -531,9 +517,9 @@ def test_inputs_are_never_written_and_any_strides_accepted():
     wide_scores[:, ::2] = scores.to(torch.float64)
     copies = [t.clone() for t in (hidden, wide_ids, wide_scores)]
     out = moe_forward(hidden, wide_ids[:, ::2], wide_scores[:, ::2], weights, config)
-    assert _same_bits(out, moe_forward(hidden, ids, scores, weights, config))
+    assert same_bits(out, moe_forward(hidden, ids, scores, weights, config))
     for t, c in zip((hidden, wide_ids, wide_scores), copies, strict=True):
-        assert _same_bits(t, c)
+        assert same_bits(t, c)
 
 
 @pytest.mark.parametrize(
@@ -675,7 +661,7 @@ def test_prequantized_mxfp8_hidden_equals_quantizing_bf16_hidden(elem):
     for s in (scale, padded, scale.view(torch.float8_e8m0fnu)):
         a1 = experts_mod.prequantized_a1(payload, s, config)
         got = moe_forward(a1, ids, scores, weights, config)
-        assert _same_bits(got, moe_forward(hidden, ids, scores, weights, config))
+        assert same_bits(got, moe_forward(hidden, ids, scores, weights, config))
 
 
 def test_prequantized_nvfp4_hidden_uses_the_layer_input_scale():
@@ -683,7 +669,7 @@ def test_prequantized_nvfp4_hidden_uses_the_layer_input_scale():
     packed, scale = quantize_nvfp4(hidden, global_scale=config.nvfp4_input_scale)
     a1 = experts_mod.prequantized_a1(packed.view(torch.float4_e2m1fn_x2), scale, config)
     got = moe_forward(a1, ids, scores, weights, config)
-    assert _same_bits(got, moe_forward(hidden, ids, scores, weights, config))
+    assert same_bits(got, moe_forward(hidden, ids, scores, weights, config))
     wrong_g = dataclasses.replace(a1, global_scale=1.0)
     with pytest.raises(ValueError, match="global_scale"):
         moe_forward(wrong_g, ids, scores, weights, config)

@@ -18,23 +18,14 @@ from hypothesis import strategies as st
 
 from oracle.collective import ep_forward
 from oracle.experts import MoEConfig, moe_forward, prepare_weights
+from tests.bitwise import same_bits
 
 H, INTER = 32, 32
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny GEMMs on a small shared machine: one thread avoids OpenMP barrier stalls."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and torch.equal(
-        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)
-    )
 
 
 @st.composite
@@ -97,7 +88,7 @@ def test_ep_forward_equals_moe_forward_for_any_split(case):
         ranks.append((hidden[start : start + n], ids[start : start + n], scores[start : start + n]))
         start += n
     outs = ep_forward(ranks, weights, config, len(sizes))
-    assert _same_bits(torch.cat(outs), single)
+    assert same_bits(torch.cat(outs), single)
 
 
 @given(cases(), st.data())
@@ -114,4 +105,4 @@ def test_a_row_output_depends_on_that_row_only(case, data):
     hidden[row], ids[row], scores[row] = hidden[other] * 2, ids[other], scores[other]
     after = moe_forward(hidden, ids, scores, weights, config)
     keep = torch.arange(tokens) != row
-    assert _same_bits(before[keep], after[keep])
+    assert same_bits(before[keep], after[keep])
