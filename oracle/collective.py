@@ -25,21 +25,19 @@ from collections.abc import Sequence
 
 import torch
 
-from oracle.combine import masked_combine
-from oracle.experts import (
+from oracle.activations import (
     ActivationRows,
-    ExpertWeights,
-    MoEConfig,
     check_hidden,
-    check_route_metadata,
-    check_weights,
-    expert_block,
     hidden_device,
     num_hidden_rows,
-    raise_on_route_violations,
     stage_a1,
 )
+from oracle.combine import masked_combine
+from oracle.experts import check_route_metadata, raise_on_route_violations
+from oracle.ffn import expert_block
+from oracle.moe_config import MoEConfig
 from oracle.routing import dispatch_layout, stage_routes
+from oracle.weights import ExpertWeights, check_weights
 
 
 def _bad(argument: str, expected: object, actual: object) -> ValueError:

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+import oracle.activations as activations_mod
 import oracle.experts as experts_mod
+import oracle.ffn as ffn_mod
 from oracle.combine import masked_combine
 from oracle.experts import (
     ROW_TILE,
@@ -374,7 +376,7 @@ def test_planted_bug_up_rows_first_fails_known_answer(monkeypatch):
     def up_first(h1, intermediate_size):
         return h1[:, intermediate_size:], h1[:, :intermediate_size]
 
-    monkeypatch.setattr(experts_mod, "split_gate_up", up_first)
+    monkeypatch.setattr(ffn_mod, "split_gate_up", up_first)
     assert known_answer_failures(moe_forward, _known_config("bf16")) != []
 
 
@@ -400,7 +402,7 @@ def test_planted_bug_no_per_slot_rounding_fails_known_answer(monkeypatch):
         h2_seen.append(h2.clone())
         return h2.to(torch.bfloat16)
 
-    monkeypatch.setattr(experts_mod, "round_terms", record)
+    monkeypatch.setattr(ffn_mod, "round_terms", record)
     moe_forward(hidden, ids, scores, weights, config)
     assert [float(h[0, 0]) for h in h2_seen] == [1 + 2.0**-9 + 2.0**-10] * 3
     broken = (h2_seen[0] + h2_seen[1] + h2_seen[2]).to(torch.bfloat16)  # unrounded sum
@@ -459,13 +461,13 @@ def test_changing_one_row_never_changes_another_rows_output(recipe):
 def test_planted_bug_block_wide_a2_scale_breaks_row_independence(monkeypatch):
     """A safe FP8 quantizer applied to the whole expert block instead of per token couples
     rows: the row-independence check must fail."""
-    real = experts_mod.quantize_a2
+    real = ffn_mod.quantize_a2
 
     def block_wide(act, config):
         q = real(act.reshape(1, -1), config)
         return type(q)(q.fmt, q.payload.reshape(act.shape), q.scale.expand(act.shape[0]))
 
-    monkeypatch.setattr(experts_mod, "quantize_a2", block_wide)
+    monkeypatch.setattr(ffn_mod, "quantize_a2", block_wide)
     with pytest.raises(AssertionError):
         test_changing_one_row_never_changes_another_rows_output("fp8_mxfp4")
 
@@ -644,7 +646,7 @@ def test_planted_bug_quantizer_without_tiny_path_zeroes_tiny_outputs(monkeypatch
         d = torch.clamp(amax * np.float32(1 / 448), min=1e-30)
         return cast_e4m3(xf / d.unsqueeze(1)), d
 
-    monkeypatch.setattr(experts_mod, "safe_fp8_quantize", normal_only)
+    monkeypatch.setattr(activations_mod, "safe_fp8_quantize", normal_only)
     with pytest.raises(AssertionError):
         test_tiny_values_give_finite_nonzero_outputs_fp8_mxfp4(1e-35, 55, "tiny", "tiny")
 
