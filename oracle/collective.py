@@ -33,10 +33,10 @@ from oracle.activations import (
     stage_a1,
 )
 from oracle.combine import masked_combine
-from oracle.experts import check_route_metadata, raise_on_route_violations
+from oracle.experts import check_route_metadata
 from oracle.ffn import expert_block
 from oracle.moe_config import MoEConfig
-from oracle.routing import dispatch_layout, stage_routes
+from oracle.routing import dispatch_layout, raise_on_route_violations, stage_routes
 from oracle.weights import ExpertWeights, check_weights
 
 
@@ -122,7 +122,7 @@ def ep_forward(
     staged_scores: list[torch.Tensor] = []
     a1_parts: list[ActivationRows] = []
     for r, (hidden, ids, scores) in enumerate(inputs):
-        raise_on_route_violations(f"per_rank_inputs[{r}].", ids, scores, num_experts)
+        raise_on_route_violations(ids, scores, num_experts, prefix=f"per_rank_inputs[{r}].")
         s_ids, s_scores = stage_routes(ids, scores, capacity)
         staged_ids.append(s_ids)
         staged_scores.append(s_scores)

@@ -43,7 +43,7 @@ from oracle.routing import (
     ID_DTYPES,
     MASKED_ID,
     SCORE_DTYPES,
-    find_route_violations,
+    raise_on_route_violations,
     stage_routes,
 )
 from oracle.weights import ExpertWeights, check_weights, prepare_weights
@@ -67,7 +67,6 @@ __all__ = [
     "prequantized_a1",
     "quantize_a1",
     "quantize_a2",
-    "raise_on_route_violations",
     "round_terms",
     "rows_matmul",
     "sigmoid_f32",
@@ -103,17 +102,6 @@ def check_route_metadata(
             raise _bad(argument, f"device {device} (that of hidden)", value.device)
 
 
-def raise_on_route_violations(prefix: str, ids: torch.Tensor, scores: torch.Tensor, e: int) -> None:
-    violations = find_route_violations(ids, scores, e)
-    if violations:
-        v = violations[0]
-        raise ValueError(
-            f"{prefix}topk_ids/topk_weights: bad route at row {v.row}, slot {v.slot}: "
-            f"id={v.expert_id}, score={v.score!r} breaks rule {v.rule!r} "
-            f"({len(violations)} violation(s) in total; CONTRACTS.md s2)"
-        )
-
-
 def expert_terms(
     hidden: torch.Tensor,
     topk_ids: torch.Tensor,
@@ -139,7 +127,7 @@ def expert_terms(
         raise _bad("scores", "dtype torch.float32 (staged scores)", scores.dtype)
     device = hidden_device(hidden)
     check_weights(weights, config, device)
-    raise_on_route_violations("", topk_ids, scores, config.num_experts)
+    raise_on_route_violations(topk_ids, scores, config.num_experts)
     t, k = topk_ids.shape
     a1 = stage_a1("hidden", hidden, topk_ids, config).dequantize()
     flat = topk_ids.reshape(-1).to(torch.int64)
@@ -183,7 +171,7 @@ def moe_forward(
     hidden = check_hidden("hidden", hidden, config)
     check_route_metadata("", hidden, topk_ids, topk_weights, config)
     check_weights(weights, config, hidden_device(hidden))
-    raise_on_route_violations("", topk_ids, topk_weights, config.num_experts)
+    raise_on_route_violations(topk_ids, topk_weights, config.num_experts)
     t = num_hidden_rows(hidden)
     ids, scores = stage_routes(topk_ids, topk_weights, max(t, 1))
     ids, scores = ids[:t], scores[:t]

@@ -149,6 +149,23 @@ def find_route_violations(
     return found
 
 
+def raise_on_route_violations(
+    topk_ids: torch.Tensor, topk_weights: torch.Tensor, num_experts: int, prefix: str = ""
+) -> None:
+    """Raise ``ValueError`` naming the first s2 violation (row, slot, id, score, rule).
+
+    ``prefix`` names where the routes came from (e.g. ``"per_rank_inputs[2]."``).
+    """
+    violations = find_route_violations(topk_ids, topk_weights, num_experts)
+    if violations:
+        v = violations[0]
+        raise ValueError(
+            f"{prefix}topk_ids/topk_weights: bad route at row {v.row}, slot {v.slot}: "
+            f"id={v.expert_id}, score={v.score!r} breaks rule {v.rule!r} "
+            f"({len(violations)} violation(s) in total; CONTRACTS.md s2)"
+        )
+
+
 def stage_routes(
     topk_ids: torch.Tensor,
     topk_weights: torch.Tensor,
@@ -182,14 +199,7 @@ def stage_routes(
         raise _bad("topk_ids", f"at most capacity={capacity} rows (T <= C)", f"T={num_tokens}")
     if num_experts is not None:
         _check_int("num_experts", num_experts, 1)
-        violations = find_route_violations(topk_ids, topk_weights, num_experts)
-        if violations:
-            v = violations[0]
-            raise ValueError(
-                f"topk_ids/topk_weights: bad route at row {v.row}, slot {v.slot}: "
-                f"id={v.expert_id}, score={v.score!r} breaks rule {v.rule!r} "
-                f"({len(violations)} violation(s) in total)"
-            )
+        raise_on_route_violations(topk_ids, topk_weights, num_experts)
     ids64 = topk_ids.to(torch.int64)
     info = torch.iinfo(STAGED_ID_DTYPE)
     unfit = (ids64 < info.min) | (ids64 > info.max)
