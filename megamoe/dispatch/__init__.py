@@ -1,0 +1,24 @@
+"""Dispatch layout: histogram, offsets, stable order and active extents of staged routes
+(CONTRACTS.md s3, s8). ``layout_kernel`` holds the CuTe DSL kernels; ``api`` the launcher."""
+
+from megamoe.dispatch.api import (
+    PATH_KERNEL,
+    PATH_TORCH,
+    CompileDuringCaptureError,
+    DispatchLayoutResult,
+    LayoutShape,
+    LayoutWorkspace,
+    dispatch_layout,
+    warmup,
+)
+
+__all__ = [
+    "PATH_KERNEL",
+    "PATH_TORCH",
+    "CompileDuringCaptureError",
+    "DispatchLayoutResult",
+    "LayoutShape",
+    "LayoutWorkspace",
+    "dispatch_layout",
+    "warmup",
+]

@@ -1,0 +1,98 @@
+"""Bit-exact float helpers for the CuTe DSL staging kernels (CONTRACTS.md s4).
+
+Everything here is integer manipulation of float32 bit patterns or single IEEE float32
+operations, so the kernels reproduce the Torch path (and the oracle) bit for bit:
+
+- ``f2i``/``i2f``: reinterpret float32 <-> int32 bits;
+- ``ceil_log2``/``floor_log2``: exact exponents from the bits of a float32 (normal or
+  subnormal), ``NO_EXP`` for zero;
+- ``pow2``: the float32 ``2**k`` for ``k`` in [-127, 127] (``2**-127`` is subnormal);
+- ``sat_fp8``: float32 -> E4M3/E5M2 byte, round to nearest even, saturating finite values
+  to the largest finite magnitude (the input must not be NaN; callers write 0x7F for NaN).
+  Normal results round the float32 mantissa with an integer add; results below the
+  smallest normal round ``|v| * 2**s`` to an integer with the float32 ``+2**23 - 2**23``
+  idiom (exact: the product is a power-of-two scaling and the sum rounds to nearest even).
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+from cutlass._mlir.dialects import llvm
+
+NO_EXP = -200
+_MAGIC = 8388608.0  # 2**23
+
+# (mantissa bits, exponent bias, largest finite code, scale of the subnormal step)
+FP8_PARAMS = {"e4m3": (3, 7, 0x7E, 512.0), "e5m2": (2, 15, 0x7B, 65536.0)}
+
+
+def f2i(x) -> Int32:
+    return Int32(llvm.bitcast(Int32.mlir_type, Float32(x).ir_value()))
+
+
+def i2f(x) -> Float32:
+    return Float32(llvm.bitcast(Float32.mlir_type, Int32(x).ir_value()))
+
+
+def sel(cond, a, b):
+    """``a if cond else b`` for dynamic Int32 operands."""
+    return Int32(cutlass.select_(cond, Int32(a), Int32(b)))
+
+
+@cute.jit
+def floor_log2_int(m: Int32) -> Int32:
+    """floor(log2(m)) for 1 <= m < 2**24 (exact: m converts to float32 exactly)."""
+    return ((f2i(Float32(m)) >> 23) & 0xFF) - 127
+
+
+@cute.jit
+def ceil_log2(d_bits: Int32) -> Int32:
+    """ceil(log2(d)) from the bits of a float32 d >= 0; NO_EXP for d == 0."""
+    e = (d_bits >> 23) & 0xFF
+    m = d_bits & 0x7FFFFF
+    normal = e - 127 + sel(m != Int32(0), 1, 0)
+    sub = sel(m > Int32(1), floor_log2_int(cutlass.max(m - 1, Int32(1))) + 1, 0) - 149
+    out = sel(e > Int32(0), normal, sub)
+    return sel((e == Int32(0)) & (m == Int32(0)), NO_EXP, out)
+
+
+@cute.jit
+def floor_log2(a_bits: Int32) -> Int32:
+    """floor(log2(a)) from the bits of a float32 a >= 0; NO_EXP for a == 0."""
+    e = (a_bits >> 23) & 0xFF
+    m = a_bits & 0x7FFFFF
+    sub = floor_log2_int(cutlass.max(m, Int32(1))) - 149
+    out = sel(e > Int32(0), e - 127, sub)
+    return sel((e == Int32(0)) & (m == Int32(0)), NO_EXP, out)
+
+
+@cute.jit
+def pow2(k: Int32) -> Float32:
+    """Exact float32 2**k for k in [-127, 127]."""
+    return i2f(sel(k >= Int32(-126), (cutlass.max(k, Int32(-126)) + 127) << 23, 1 << 22))
+
+
+def make_sat_fp8(elem: str):
+    """The saturating RNE float32 -> ``elem`` byte cast (as an Int32 in 0..255)."""
+    mbits, bias, max_code, sub_scale = FP8_PARAMS[elem]
+    shift = 23 - mbits
+    half = (1 << (shift - 1)) - 1
+    rebias = (127 - bias) << mbits
+    min_normal_bits = (127 - bias + 1) << 23
+
+    @cute.jit
+    def sat_fp8(v: Float32) -> Int32:
+        vb = f2i(v)
+        sign = (vb >> 31) & 1
+        a = vb & 0x7FFFFFFF
+        rn = (a + half + ((a >> shift) & 1)) >> shift
+        normal = cutlass.min(rn - rebias, Int32(max_code))
+        y = i2f(a) * Float32(sub_scale)
+        r = (y + Float32(_MAGIC)) - Float32(_MAGIC)
+        small = Int32(r.to(Int32))
+        code = sel(a < Int32(min_normal_bits), small, normal)
+        return code | (sign << 7)
+
+    return sat_fp8

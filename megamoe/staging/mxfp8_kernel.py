@@ -1,0 +1,162 @@
+"""Kernel B: BF16 -> MXFP8 (E4M3 / E5M2; ``rceil`` / ``floor``) fused with route staging
+and the route value checks, one CuTe DSL launch (CONTRACTS s2-s4).
+
+Grid: ``route_blocks`` blocks run the route part of kernel A (``make_route_rows``), the
+rest quantize: one thread per (live row, scale column); columns ``< H/32`` quantize one
+32-element block, padding columns write scale byte 0.
+
+Per block (CONTRACTS s4), all bit-exact (``dsl_bits``): ``amax`` from the largest
+``bits & 0x7FFFFFFF`` (exact for bf16 input; NaN/Inf blocks detected by the same bits);
+``rceil``: ``d = amax / fmax`` (one float32 division), ``e = ceil(log2(d))`` from the bits
+of ``d``; ``floor``: ``e = floor(log2(amax)) - emax_elem`` from the bits of ``amax``;
+``e`` clamped to [-127, 127]; byte ``e + 127`` (0 for an all-zero block, 0xFF for a
+NaN/Inf block, whose payload is all 0x7F); payload = sat_cast(x * 2**-e), the product one
+float32 multiply by an exact power of two.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Float64, Int16, Int32, Int64, Uint8
+
+from megamoe.kernel_registry import register_kernel
+from megamoe.staging.dsl_bits import (
+    NO_EXP,
+    ceil_log2,
+    f2i,
+    floor_log2,
+    i2f,
+    make_sat_fp8,
+    pow2,
+    sel,
+)
+from megamoe.staging.route_kernel import (
+    ID_TYPES,
+    SCORE_TYPES,
+    THREADS,
+    _ptr,
+    make_route_rows,
+)
+
+MX_FMAX = {"e4m3": 448.0, "e5m2": 57344.0}
+MX_EMAX = {"e4m3": 8, "e5m2": 15}
+BLOCK = 32
+
+
+def _make(K: int, elem: str, mode: str):
+    route_rows = make_route_rows(K)
+    sat_fp8 = make_sat_fp8(elem)
+    fmax = MX_FMAX[elem]
+    emax = MX_EMAX[elem]
+
+    @cute.kernel
+    def _mxfp8_stage_kernel(
+        ids_ptr: cute.Pointer, s_i0: Int32, s_i1: Int32,
+        sc_ptr: cute.Pointer, s_s0: Int32, s_s1: Int32,
+        rows: Int32, live_host: Int32, use_dev_live: Int32, live_ptr: cute.Pointer,
+        out_ids_ptr: cute.Pointer, out_sc_ptr: cute.Pointer, row_code_ptr: cute.Pointer,
+        bad_id_ptr: cute.Pointer, bad_sc_ptr: cute.Pointer, status_ptr: cute.Pointer,
+        capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
+        x_ptr: cute.Pointer, x_s0: Int32, hidden: Int32,
+        p_ptr: cute.Pointer, s_ptr: cute.Pointer, ncols: Int32,
+        route_blocks: Int32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        nrows = cutlass.max(rows, Int32(1))
+        m_live = cute.make_tensor(live_ptr, cute.make_layout(1))
+        live = live_host
+        if use_dev_live != Int32(0):
+            live = cutlass.min(cutlass.max(m_live[0], Int32(0)), rows)
+        if bidx < route_blocks:
+            route_rows(
+                bidx * THREADS + tidx, live, nrows, ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1,
+                out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
+                capacity, num_experts, check, reset, Int32(0),
+            )
+        else:
+            m_x = cute.make_tensor(x_ptr, cute.make_layout((nrows, hidden), stride=(x_s0, 1)))
+            m_p = cute.make_tensor(p_ptr, cute.make_layout((capacity, hidden), stride=(hidden, 1)))
+            m_s = cute.make_tensor(s_ptr, cute.make_layout((capacity, ncols), stride=(ncols, 1)))
+            nblk = hidden // BLOCK
+            start = (bidx - route_blocks) * THREADS + tidx
+            stride = (gdim - route_blocks) * THREADS
+            for i in range(start, live * ncols, stride):
+                r = i // ncols
+                j = i - r * ncols
+                if j < nblk:
+                    base = j * BLOCK
+                    bits = []
+                    amax_b = Int32(0)
+                    for q in cutlass.range_constexpr(BLOCK):
+                        b = (Int32(m_x[r, base + q]) & 0xFFFF) << 16
+                        bits.append(b)
+                        amax_b = cutlass.max(amax_b, b & 0x7FFFFFFF)
+                    bad = amax_b >= Int32(0x7F800000)
+                    zero = amax_b == Int32(0)
+                    e = Int32(NO_EXP)
+                    if cutlass.const_expr(mode == "rceil"):
+                        e = ceil_log2(f2i(i2f(amax_b) / Float32(fmax)))
+                    else:
+                        e = floor_log2(amax_b) - emax
+                    e = cutlass.min(cutlass.max(e, Int32(-127)), Int32(127))
+                    byte = sel(zero, 0, e + 127)
+                    byte = sel(bad, 0xFF, byte)
+                    scale = pow2(Int32(0) - e)
+                    for q in cutlass.range_constexpr(BLOCK):
+                        code = sat_fp8(i2f(bits[q]) * scale)
+                        m_p[r, base + q] = Uint8(sel(bad, 0x7F, code))
+                    m_s[r, j] = Uint8(byte)
+                else:
+                    m_s[r, j] = Uint8(0)
+
+    @cute.jit
+    def mxfp8_stage_launch(
+        ids_ptr: cute.Pointer, s_i0: Int32, s_i1: Int32,
+        sc_ptr: cute.Pointer, s_s0: Int32, s_s1: Int32,
+        rows: Int32, live_host: Int32, use_dev_live: Int32, live_ptr: cute.Pointer,
+        out_ids_ptr: cute.Pointer, out_sc_ptr: cute.Pointer, row_code_ptr: cute.Pointer,
+        bad_id_ptr: cute.Pointer, bad_sc_ptr: cute.Pointer, status_ptr: cute.Pointer,
+        capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
+        x_ptr: cute.Pointer, x_s0: Int32, hidden: Int32,
+        p_ptr: cute.Pointer, s_ptr: cute.Pointer, ncols: Int32,
+        route_blocks: Int32, quant_blocks: Int32,
+        stream: cuda.CUstream,
+    ):
+        _mxfp8_stage_kernel(
+            ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1, rows, live_host, use_dev_live, live_ptr,
+            out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
+            capacity, num_experts, check, reset,
+            x_ptr, x_s0, hidden, p_ptr, s_ptr, ncols, route_blocks,
+        ).launch(grid=[route_blocks + quant_blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+
+    return mxfp8_stage_launch
+
+
+def compile_mxfp8_stage(top_k: int, id_dtype: str, score_dtype: str, elem: str, mode: str):
+    """``cute.compile`` kernel B for one (K, id dtype, score dtype, element, mode)."""
+    it, st = ID_TYPES[id_dtype], SCORE_TYPES[score_dtype]
+    i0 = Int32(0)
+    return cute.compile(
+        _make(top_k, elem, mode),
+        _ptr(it), i0, i0, _ptr(st), i0, i0,
+        i0, i0, i0, _ptr(Int32),
+        _ptr(Int32), _ptr(Float32), _ptr(Int32), _ptr(Int64), _ptr(Float64), _ptr(Int32),
+        i0, i0, i0, i0,
+        _ptr(Int16), i0, i0, _ptr(Uint8), _ptr(Uint8), i0,
+        i0, i0,
+        cuda.CUstream(0),
+    )
+
+
+@register_kernel("mxfp8_stage_k8_i64_f32_e4m3_rceil")
+def build_mxfp8_stage_e4m3_rceil():
+    return compile_mxfp8_stage(8, "int64", "float32", "e4m3", "rceil")
+
+
+@register_kernel("mxfp8_stage_k4_i32_bf16_e5m2_floor")
+def build_mxfp8_stage_e5m2_floor():
+    return compile_mxfp8_stage(4, "int32", "bfloat16", "e5m2", "floor")

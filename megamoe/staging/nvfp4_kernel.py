@@ -1,0 +1,167 @@
+"""Kernel D: BF16 -> NVFP4 (layer input global scale ``g``) fused with route staging and
+the route value checks, one CuTe DSL launch (CONTRACTS s2-s4).
+
+Grid: ``route_blocks`` blocks run kernel A's route code; the rest quantize, one thread
+per (live row, 16-element block). Per block, one IEEE float32 operation per step:
+``s = e4m3(clamp((amax / 6) / g, 2**-6, 448))`` (the cast by the bit-exact saturating RNE
+of ``dsl_bits``), ``r = (1 / g) / float32(s)``, ``code = e2m1(clamp(x * r, -6, 6))`` with
+ties to the even code and no sign on code 0; two codes per byte, even element in the low
+nibble. A block holding NaN/Inf gets scale byte 0x7F and codes 0. ``g`` arrives as the
+bits of float32(g).
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Float64, Int16, Int32, Int64, Uint8
+
+from megamoe.kernel_registry import register_kernel
+from megamoe.staging import constants as c
+from megamoe.staging.dsl_bits import f2i, i2f, make_sat_fp8, sel
+from megamoe.staging.route_kernel import (
+    ID_TYPES,
+    SCORE_TYPES,
+    THREADS,
+    _ptr,
+    make_route_rows,
+)
+from megamoe.staging.safe_fp8_kernel import f32_bits, fsel
+
+BLOCK = 16
+E2M1_THRESHOLDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+
+
+@cute.jit
+def e2m1_code(v: Float32) -> Int32:
+    """E2M1 code of a finite float32 already clamped to [-6, 6]: nearest, ties to the even
+    code, sign bit (8) only on non-zero codes."""
+    vb = f2i(v)
+    mag = i2f(vb & 0x7FFFFFFF)
+    code = Int32(0)
+    for i in cutlass.range_constexpr(len(E2M1_THRESHOLDS)):
+        t = Float32(E2M1_THRESHOLDS[i])
+        if cutlass.const_expr((i + 1) % 2 == 0):
+            code = code + sel(mag >= t, 1, 0)
+        else:
+            code = code + sel(mag > t, 1, 0)
+    neg = (vb < Int32(0)) & (code != Int32(0))
+    return code | sel(neg, 8, 0)
+
+
+def _make(K: int):
+    route_rows = make_route_rows(K)
+    sat_e4m3 = make_sat_fp8("e4m3")
+    b_six = f32_bits(c.E2M1_MAX)
+    b_tiny = f32_bits(c.E4M3_TINY)
+    b_max = f32_bits(c.E4M3_MAX)
+    b_one = f32_bits(1.0)
+
+    @cute.kernel
+    def _nvfp4_stage_kernel(
+        ids_ptr: cute.Pointer, s_i0: Int32, s_i1: Int32,
+        sc_ptr: cute.Pointer, s_s0: Int32, s_s1: Int32,
+        rows: Int32, live_host: Int32, use_dev_live: Int32, live_ptr: cute.Pointer,
+        out_ids_ptr: cute.Pointer, out_sc_ptr: cute.Pointer, row_code_ptr: cute.Pointer,
+        bad_id_ptr: cute.Pointer, bad_sc_ptr: cute.Pointer, status_ptr: cute.Pointer,
+        capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
+        x_ptr: cute.Pointer, x_s0: Int32, hidden: Int32,
+        p_ptr: cute.Pointer, s_ptr: cute.Pointer, g_bits: Int32,
+        route_blocks: Int32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        nrows = cutlass.max(rows, Int32(1))
+        m_live = cute.make_tensor(live_ptr, cute.make_layout(1))
+        live = live_host
+        if use_dev_live != Int32(0):
+            live = cutlass.min(cutlass.max(m_live[0], Int32(0)), rows)
+        if bidx < route_blocks:
+            route_rows(
+                bidx * THREADS + tidx, live, nrows, ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1,
+                out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
+                capacity, num_experts, check, reset, Int32(0),
+            )
+        else:
+            half = hidden // 2
+            nblk = hidden // BLOCK
+            m_x = cute.make_tensor(x_ptr, cute.make_layout((nrows, hidden), stride=(x_s0, 1)))
+            m_p = cute.make_tensor(p_ptr, cute.make_layout((capacity, half), stride=(half, 1)))
+            m_s = cute.make_tensor(s_ptr, cute.make_layout((capacity, nblk), stride=(nblk, 1)))
+            g = i2f(g_bits)
+            inv_g = i2f(Int32(b_one)) / g
+            six = i2f(Int32(b_six))
+            tiny = i2f(Int32(b_tiny))
+            fmax = i2f(Int32(b_max))
+            start = (bidx - route_blocks) * THREADS + tidx
+            stride = (gdim - route_blocks) * THREADS
+            for i in range(start, live * nblk, stride):
+                r = i // nblk
+                j = i - r * nblk
+                base = j * BLOCK
+                bits = []
+                amax_b = Int32(0)
+                for q in cutlass.range_constexpr(BLOCK):
+                    b = (Int32(m_x[r, base + q]) & 0xFFFF) << 16
+                    bits.append(b)
+                    amax_b = cutlass.max(amax_b, b & 0x7FFFFFFF)
+                bad = amax_b >= Int32(0x7F800000)
+                p = (i2f(amax_b) / six) / g
+                p = fsel(p < tiny, tiny, p)
+                p = fsel(p > fmax, fmax, p)
+                scode = sat_e4m3(p)
+                s32 = i2f((((scode >> 3) + 120) << 23) | ((scode & 7) << 20))
+                rr = inv_g / s32
+                for q in cutlass.range_constexpr(BLOCK // 2):
+                    v0 = i2f(bits[2 * q]) * rr
+                    v1 = i2f(bits[2 * q + 1]) * rr
+                    v0 = fsel(v0 > six, six, fsel(v0 < -six, -six, v0))
+                    v1 = fsel(v1 > six, six, fsel(v1 < -six, -six, v1))
+                    byte = e2m1_code(v0) | (e2m1_code(v1) << 4)
+                    m_p[r, j * (BLOCK // 2) + q] = Uint8(sel(bad, 0, byte))
+                m_s[r, j] = Uint8(sel(bad, 0x7F, scode))
+
+    @cute.jit
+    def nvfp4_stage_launch(
+        ids_ptr: cute.Pointer, s_i0: Int32, s_i1: Int32,
+        sc_ptr: cute.Pointer, s_s0: Int32, s_s1: Int32,
+        rows: Int32, live_host: Int32, use_dev_live: Int32, live_ptr: cute.Pointer,
+        out_ids_ptr: cute.Pointer, out_sc_ptr: cute.Pointer, row_code_ptr: cute.Pointer,
+        bad_id_ptr: cute.Pointer, bad_sc_ptr: cute.Pointer, status_ptr: cute.Pointer,
+        capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
+        x_ptr: cute.Pointer, x_s0: Int32, hidden: Int32,
+        p_ptr: cute.Pointer, s_ptr: cute.Pointer, g_bits: Int32,
+        route_blocks: Int32, quant_blocks: Int32,
+        stream: cuda.CUstream,
+    ):
+        _nvfp4_stage_kernel(
+            ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1, rows, live_host, use_dev_live, live_ptr,
+            out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
+            capacity, num_experts, check, reset,
+            x_ptr, x_s0, hidden, p_ptr, s_ptr, g_bits, route_blocks,
+        ).launch(grid=[route_blocks + quant_blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+
+    return nvfp4_stage_launch
+
+
+def compile_nvfp4_stage(top_k: int, id_dtype: str, score_dtype: str):
+    """``cute.compile`` kernel D for one (K, id dtype, score dtype); g is a runtime value."""
+    it, st = ID_TYPES[id_dtype], SCORE_TYPES[score_dtype]
+    i0 = Int32(0)
+    return cute.compile(
+        _make(top_k),
+        _ptr(it), i0, i0, _ptr(st), i0, i0,
+        i0, i0, i0, _ptr(Int32),
+        _ptr(Int32), _ptr(Float32), _ptr(Int32), _ptr(Int64), _ptr(Float64), _ptr(Int32),
+        i0, i0, i0, i0,
+        _ptr(Int16), i0, i0, _ptr(Uint8), _ptr(Uint8), i0,
+        i0, i0,
+        cuda.CUstream(0),
+    )
+
+
+@register_kernel("nvfp4_stage_k8_i64_f32")
+def build_nvfp4_stage():
+    return compile_nvfp4_stage(8, "int64", "float32")

@@ -1,0 +1,261 @@
+"""Kernel A: route staging fused with the route value checks and the activation copy
+(bf16 and prequantized MXFP8 / NVFP4 inputs), in one CuTe DSL launch (CONTRACTS s2-s3).
+
+Grid: ``route_blocks`` blocks of ``THREADS`` threads, one thread per capacity row
+(``[0, C)``), followed by ``copy_blocks`` blocks that copy the live activation rows.
+
+Route part, per row ``r`` (``live`` = the host count, or the device live-count tensor
+clamped to ``[0, rows]`` under graphs):
+
+- ``r >= live``: ids ``-1``, scores ``+0.0`` (every call, every replay);
+- ``r < live``: ids ``int32(id)``, scores ``float32(score)`` on active slots, ``+0.0`` on
+  masked ones (id ``-1`` judged on the caller's dtype);
+- with checks on: the first violation of the row by (slot, rule) is encoded as
+  ``slot * 4 + rule + 1`` (rules in name order: duplicate_id, id_out_of_range,
+  non_finite_score), the caller's id/score at that slot recorded, the status word set
+  to 1, and the row marked (scores NaN, ids ``id if 0 <= id < E else 0``). In sticky mode
+  (``reset == 0``, graph replay) an already recorded row code is kept.
+
+Copy part: ``words_per_row`` int32 words of each live payload row (caller row stride in
+words, last dim contiguous), then the scale bytes of each live row (any strides; padding
+columns ``[scols_src, scols_dst)`` written as zero).
+
+No device asserts, no atomics: each row is owned by one thread; the status word is only
+ever set to the same value 1 by the threads that find a bad row.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Float64, Int32, Int64, Uint8
+from cutlass.cute.runtime import make_ptr
+
+from megamoe.kernel_registry import register_kernel
+
+THREADS = 128
+COPY_WORDS_PER_THREAD = 4
+MAX_COPY_BLOCKS = 1056
+_BIG = 1 << 30
+
+
+def make_route_rows(K: int):
+    """The route part of the staging kernels for top-k ``K`` (see the module docstring):
+    stages (and checks) capacity row ``row``. Inlined into each kernel that calls it.
+    ``extra`` is a row failure code found by the caller (safe-FP8 non-finite input row),
+    used when the routes of the row are valid and checks are on."""
+
+    @cute.jit
+    def route_rows(
+        row: Int32, live: Int32, nrows: Int32,
+        ids_ptr: cute.Pointer, s_i0: Int32, s_i1: Int32,
+        sc_ptr: cute.Pointer, s_s0: Int32, s_s1: Int32,
+        out_ids_ptr: cute.Pointer, out_sc_ptr: cute.Pointer, row_code_ptr: cute.Pointer,
+        bad_id_ptr: cute.Pointer, bad_sc_ptr: cute.Pointer, status_ptr: cute.Pointer,
+        capacity: Int32, num_experts: Int32, check: Int32, reset: Int32, extra: Int32,
+    ):
+        m_ids = cute.make_tensor(ids_ptr, cute.make_layout((nrows, K), stride=(s_i0, s_i1)))
+        m_sc = cute.make_tensor(sc_ptr, cute.make_layout((nrows, K), stride=(s_s0, s_s1)))
+        o_ids = cute.make_tensor(out_ids_ptr, cute.make_layout((capacity, K), stride=(K, 1)))
+        o_sc = cute.make_tensor(out_sc_ptr, cute.make_layout((capacity, K), stride=(K, 1)))
+        o_code = cute.make_tensor(row_code_ptr, cute.make_layout(capacity))
+        o_bid = cute.make_tensor(bad_id_ptr, cute.make_layout(capacity))
+        o_bsc = cute.make_tensor(bad_sc_ptr, cute.make_layout(capacity))
+        o_status = cute.make_tensor(status_ptr, cute.make_layout(1))
+        if row < capacity:
+            if row < live:
+                e64 = Int64(num_experts)
+                idv = []
+                scv = []
+                active = []
+                in_range = []
+                finite = []
+                for k in cutlass.range_constexpr(K):
+                    i = Int64(m_ids[row, k])
+                    x = Float64(m_sc[row, k])
+                    idv.append(i)
+                    scv.append(x)
+                    active.append(i != Int64(-1))
+                    in_range.append((i >= Int64(0)) & (i < e64))
+                    finite.append((x - x) == Float64(0.0))
+                code = Int32(0)
+                if check != Int32(0):
+                    code = Int32(_BIG)
+                    for kk in cutlass.range_constexpr(K):
+                        k = K - 1 - kk
+                        dup = active[k] & (~active[k])  # False, as a dynamic Boolean
+                        for j in cutlass.range_constexpr(K):
+                            if cutlass.const_expr(j != k):
+                                dup = dup | (in_range[j] & active[j] & (idv[j] == idv[k]))
+                        dup = dup & in_range[k] & active[k]
+                        oor = active[k] & (~in_range[k])
+                        nf = active[k] & (~finite[k])
+                        code = Int32(cutlass.select_(nf, Int32(k * 4 + 3), code))
+                        code = Int32(cutlass.select_(oor, Int32(k * 4 + 2), code))
+                        code = Int32(cutlass.select_(dup, Int32(k * 4 + 1), code))
+                    code = Int32(cutlass.select_(code == Int32(_BIG), extra, code))
+                bad = code != Int32(0)
+                for k in cutlass.range_constexpr(K):
+                    sid = Int32(idv[k])
+                    sid = Int32(cutlass.select_(bad & (~in_range[k]), Int32(0), sid))
+                    o_ids[row, k] = sid
+                    s32 = Float32(cutlass.select_(active[k], scv[k].to(Float32), Float32(0.0)))
+                    o_sc[row, k] = Float32(cutlass.select_(bad, Float32(float("nan")), s32))
+                if check != Int32(0):
+                    old = o_code[row]
+                    if (reset != Int32(0)) | (old == Int32(0)):
+                        o_code[row] = code
+                        if bad:
+                            slot = (code - Int32(1)) // Int32(4)
+                            bid = idv[0]
+                            bsc = scv[0]
+                            for k in cutlass.range_constexpr(1, K):
+                                bid = Int64(cutlass.select_(slot == Int32(k), idv[k], bid))
+                                bsc = Float64(cutlass.select_(slot == Int32(k), scv[k], bsc))
+                            o_bid[row] = bid
+                            o_bsc[row] = bsc
+                    if bad:
+                        o_status[0] = Int32(1)
+                elif reset != Int32(0):
+                    o_code[row] = Int32(0)
+            else:
+                for k in cutlass.range_constexpr(K):
+                    o_ids[row, k] = Int32(-1)
+                    o_sc[row, k] = Float32(0.0)
+                if reset != Int32(0):
+                    o_code[row] = Int32(0)
+
+    return route_rows
+
+
+def _make(K: int):
+    """The kernel and its launcher for top-k ``K`` (a Python constant closed over, so that
+    unrolled loops inside dynamic branches see it as compile-time)."""
+    route_rows = make_route_rows(K)
+
+    @cute.kernel
+    def _route_stage_kernel(
+        ids_ptr: cute.Pointer, s_i0: Int32, s_i1: Int32,
+        sc_ptr: cute.Pointer, s_s0: Int32, s_s1: Int32,
+        rows: Int32, live_host: Int32, use_dev_live: Int32, live_ptr: cute.Pointer,
+        out_ids_ptr: cute.Pointer, out_sc_ptr: cute.Pointer, row_code_ptr: cute.Pointer,
+        bad_id_ptr: cute.Pointer, bad_sc_ptr: cute.Pointer, status_ptr: cute.Pointer,
+        capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
+        src_ptr: cute.Pointer, src_row_words: Int32, dst_ptr: cute.Pointer, words_per_row: Int32,
+        ssrc_ptr: cute.Pointer, ss0: Int32, ss1: Int32, sdst_ptr: cute.Pointer,
+        scols_src: Int32, scols_dst: Int32,
+        route_blocks: Int32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        nrows = cutlass.max(rows, Int32(1))
+        m_live = cute.make_tensor(live_ptr, cute.make_layout(1))
+        live = live_host
+        if use_dev_live != Int32(0):
+            live = cutlass.min(cutlass.max(m_live[0], Int32(0)), rows)
+
+        if bidx < route_blocks:
+            row = bidx * THREADS + tidx
+            route_rows(
+                row, live, nrows, ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1,
+                out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
+                capacity, num_experts, check, reset, Int32(0),
+            )
+        else:
+            start = (bidx - route_blocks) * THREADS + tidx
+            stride = (gdim - route_blocks) * THREADS
+            if words_per_row > Int32(0):
+                m_src = cute.make_tensor(
+                    src_ptr, cute.make_layout((nrows, words_per_row), stride=(src_row_words, 1))
+                )
+                m_dst = cute.make_tensor(
+                    dst_ptr, cute.make_layout((capacity, words_per_row), stride=(words_per_row, 1))
+                )
+                total = live * words_per_row
+                for i in range(start, total, stride):
+                    r = i // words_per_row
+                    col = i - r * words_per_row
+                    m_dst[r, col] = m_src[r, col]
+            if scols_dst > Int32(0):
+                s_src = cute.make_tensor(
+                    ssrc_ptr, cute.make_layout((nrows, cutlass.max(scols_src, Int32(1))),
+                                               stride=(ss0, ss1))
+                )
+                s_dst = cute.make_tensor(
+                    sdst_ptr, cute.make_layout((capacity, scols_dst), stride=(scols_dst, 1))
+                )
+                total_s = live * scols_dst
+                for i in range(start, total_s, stride):
+                    r = i // scols_dst
+                    col = i - r * scols_dst
+                    v = Uint8(0)
+                    if col < scols_src:
+                        v = Uint8(s_src[r, col])
+                    s_dst[r, col] = v
+
+
+    @cute.jit
+    def route_stage_launch(
+        ids_ptr: cute.Pointer, s_i0: Int32, s_i1: Int32,
+        sc_ptr: cute.Pointer, s_s0: Int32, s_s1: Int32,
+        rows: Int32, live_host: Int32, use_dev_live: Int32, live_ptr: cute.Pointer,
+        out_ids_ptr: cute.Pointer, out_sc_ptr: cute.Pointer, row_code_ptr: cute.Pointer,
+        bad_id_ptr: cute.Pointer, bad_sc_ptr: cute.Pointer, status_ptr: cute.Pointer,
+        capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
+        src_ptr: cute.Pointer, src_row_words: Int32, dst_ptr: cute.Pointer, words_per_row: Int32,
+        ssrc_ptr: cute.Pointer, ss0: Int32, ss1: Int32, sdst_ptr: cute.Pointer,
+        scols_src: Int32, scols_dst: Int32,
+        route_blocks: Int32, copy_blocks: Int32,
+        stream: cuda.CUstream,
+    ):
+        _route_stage_kernel(
+            ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1, rows, live_host, use_dev_live, live_ptr,
+            out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
+            capacity, num_experts, check, reset,
+            src_ptr, src_row_words, dst_ptr, words_per_row,
+            ssrc_ptr, ss0, ss1, sdst_ptr, scols_src, scols_dst, route_blocks,
+        ).launch(grid=[route_blocks + copy_blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+
+    return route_stage_launch
+
+
+ID_TYPES = {"int32": Int32, "int64": Int64}
+SCORE_TYPES = {
+    "float16": cutlass.Float16, "bfloat16": cutlass.BFloat16,
+    "float32": Float32, "float64": Float64,
+}
+_FAKE_ADDR = 1 << 20
+
+
+def _ptr(dtype, addr: int = _FAKE_ADDR):
+    return make_ptr(dtype, addr, cute.AddressSpace.gmem, assumed_align=dtype.width // 8)
+
+
+def compile_route_stage(top_k: int, id_dtype: str, score_dtype: str):
+    """``cute.compile`` kernel A for one (K, id dtype, score dtype). Pointers and sizes are
+    runtime arguments; the compiled object is called by ``megamoe.staging.launch``."""
+    it, st = ID_TYPES[id_dtype], SCORE_TYPES[score_dtype]
+    i0 = Int32(0)
+    return cute.compile(
+        _make(top_k),
+        _ptr(it), i0, i0, _ptr(st), i0, i0,
+        i0, i0, i0, _ptr(Int32),
+        _ptr(Int32), _ptr(Float32), _ptr(Int32), _ptr(Int64), _ptr(Float64), _ptr(Int32),
+        i0, i0, i0, i0,
+        _ptr(Int32), i0, _ptr(Int32), i0,
+        _ptr(Uint8), i0, i0, _ptr(Uint8), i0, i0,
+        i0, i0,
+        cuda.CUstream(0),
+    )
+
+
+@register_kernel("route_stage_k8_i64_bf16")
+def build_route_stage_k8_i64_bf16():
+    return compile_route_stage(8, "int64", "bfloat16")
+
+
+@register_kernel("route_stage_k1_i32_f64")
+def build_route_stage_k1_i32_f64():
+    return compile_route_stage(1, "int32", "float64")

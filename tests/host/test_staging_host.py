@@ -1,0 +1,481 @@
+"""Staging on the host (CONTRACTS s2-s4, s9): metadata checks, the MEGAMOE_CHECK_ROUTES
+setting, the workspace layout, and the Torch path against the oracle, bitwise, on CPU."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import megamoe.staging.torch_path as tp
+from megamoe import ConfigError, RouteError
+from megamoe.route_check_setting import ENV_VAR, read_check_routes
+from megamoe.staging import StageFormat, StagingWorkspace, stage, warmup
+from megamoe.staging import constants as mc
+from megamoe.validation import validate_stage_inputs
+from oracle import formats as of
+from oracle.routing import find_route_violations
+from tests.single.test_staging_helpers import (
+    LAYOUTS,
+    fill_guards,
+    guards_intact,
+    layout,
+    make_hidden,
+    make_routes,
+    mismatches,
+    oracle_stage,
+    snapshot,
+    unchanged,
+)
+
+ALL_FORMATS = (
+    StageFormat("bf16"),
+    StageFormat("mxfp8", "e4m3", "rceil"),
+    StageFormat("mxfp8", "e4m3", "floor"),
+    StageFormat("mxfp8", "e5m2", "rceil"),
+    StageFormat("mxfp8", "e5m2", "floor"),
+    StageFormat("nvfp4"),
+    StageFormat("safe_fp8"),
+    StageFormat("mxfp8_prequant", "e4m3"),
+    StageFormat("mxfp8_prequant", "e5m2"),
+    StageFormat("nvfp4_prequant"),
+)
+SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _ws(fmt, c=16, k=4, h=64, device="cpu", guard=64, check=True, monkeypatch=None):
+    ws = StagingWorkspace.create(c, k, h, fmt, device, guard_bytes=guard)
+    if monkeypatch is not None:
+        monkeypatch.setenv(ENV_VAR, "1" if check else "0")
+    warmup(ws)
+    return ws
+
+
+def _inputs(gen, fmt, t, h, regime="normal"):
+    """(hidden, hidden_scales) for ``fmt``: bf16 activations, or a prequantized pair."""
+    x = make_hidden(gen, t, h, regime=regime)
+    if fmt.kind == "mxfp8_prequant":
+        p, s = of.quantize_mxfp8(x, elem=fmt.elem)
+        return p, s
+    if fmt.kind == "nvfp4_prequant":
+        return of.quantize_nvfp4(x, 1.0)
+    return x, None
+
+
+# ---------------------------------------------------------------- constants
+
+
+def test_constants_match_the_oracle():
+    for name in ("E4M3_MAX", "E5M2_MAX", "E2M1_MAX", "E4M3_TINY", "MX_BLOCK", "NVFP4_BLOCK",
+                 "SCALE_COLUMN_MULTIPLE", "E8M0_NAN", "SAFE_FP8_FMAX", "SAFE_FP8_TINY",
+                 "SAFE_FP8_SAFE_MIN", "SAFE_FP8_ZERO_SCALE", "FLT_MAX"):
+        assert getattr(mc, name) == getattr(of.constants, name), name
+    assert mc.FP8_NAN_BYTE == of.constants.E4M3_NAN_BYTE == of.constants.E5M2_NAN_BYTE
+    from oracle import routing
+
+    assert mc.ROUTE_RULES == routing.ROUTE_RULES
+
+
+# ---------------------------------------------------------------- workspace
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS, ids=lambda f: f.key)
+def test_workspace_regions_are_aligned_disjoint_and_guarded(fmt):
+    ws = StagingWorkspace.create(33, 5, 96, fmt, guard_bytes=32)
+    spans = sorted((r.offset, r.offset + r.nbytes, r.name) for r in ws.regions.values())
+    assert spans[0][0] >= 32
+    for (_, a1, _), (b0, _, _) in itertools.pairwise(spans):
+        assert b0 >= a1 + 32, "guard gap between regions"
+    assert ws.buffer.numel() >= spans[-1][1] + 32
+    for r in ws.regions.values():
+        assert r.offset % 16 == 0
+        assert tuple(ws.view(r.name).shape) == r.shape
+        assert ws.view(r.name).data_ptr() == ws.buffer.data_ptr() + r.offset
+    assert tuple(ws.ids.shape) == (33, 5) and ws.ids.dtype == torch.int32
+    assert tuple(ws.scores.shape) == (33, 5) and ws.scores.dtype == torch.float32
+    if fmt.is_mx:
+        assert tuple(ws.scales.shape) == (33, 4)  # ceil(3 / 4) * 4 padded E8M0 columns
+    if fmt.kind == "safe_fp8":
+        assert tuple(ws.scales.shape) == (33, 4) and ws.scales.dtype == torch.float32
+
+
+def test_workspace_rejects_bad_sizes():
+    with pytest.raises(ConfigError, match="hidden_size"):
+        StagingWorkspace.create(8, 2, 48, StageFormat("bf16"))
+    with pytest.raises(ConfigError, match="capacity"):
+        StagingWorkspace.create(0, 2, 64, StageFormat("bf16"))
+    with pytest.raises(ConfigError, match=r"format\.kind"):
+        StageFormat("fp16")
+
+
+# ---------------------------------------------------------------- metadata checks
+
+
+def _valid_call(fmt=None):
+    fmt = fmt or StageFormat("bf16")
+    gen = torch.Generator().manual_seed(1)
+    ws = StagingWorkspace.create(16, 4, 64, fmt)
+    hidden, scales = _inputs(gen, fmt, 8, 64)
+    ids, w = make_routes(gen, 8, 4, 32)
+    return ws, dict(hidden=hidden, topk_ids=ids, topk_weights=w, num_experts=32,
+                    hidden_scales=scales)
+
+
+@pytest.mark.parametrize(
+    ("change", "argument"),
+    [
+        (lambda a: a.update(topk_ids=a["topk_ids"].float()), "topk_ids"),
+        (lambda a: a.update(topk_ids=a["topk_ids"][:, :3]), "topk_ids"),
+        (lambda a: a.update(topk_ids=a["topk_ids"][0]), "topk_ids"),
+        (lambda a: a.update(topk_weights=a["topk_weights"].to(torch.int32)), "topk_weights"),
+        (lambda a: a.update(topk_weights=a["topk_weights"][:7]), "topk_weights"),
+        (lambda a: a.update(hidden=a["hidden"].float()), "hidden"),
+        (lambda a: a.update(hidden=a["hidden"][:, :32]), "hidden"),
+        (lambda a: a.update(num_experts=0), "num_experts"),
+        (lambda a: a.update(num_experts=True), "num_experts"),
+        (lambda a: a.update(hidden_scales=torch.zeros(8, 2, dtype=torch.uint8)), "hidden_scales"),
+        (lambda a: a.update(live_tokens=torch.zeros(1, dtype=torch.int64)), "live_tokens"),
+    ],
+)
+def test_metadata_check_names_argument_expected_and_actual(change, argument):
+    ws, args = _valid_call()
+    validate_stage_inputs(ws, **args)  # the unchanged call passes
+    change(args)
+    with pytest.raises(ConfigError) as info:
+        validate_stage_inputs(ws, **args)
+    assert info.value.argument == argument
+    assert "expected" in str(info.value) and "got" in str(info.value)
+
+
+def test_metadata_check_rejects_more_tokens_than_capacity():
+    gen = torch.Generator().manual_seed(2)
+    ws = StagingWorkspace.create(4, 2, 64, StageFormat("bf16"))
+    ids, w = make_routes(gen, 5, 2, 8)
+    with pytest.raises(ConfigError, match="T <= capacity"):
+        validate_stage_inputs(ws, make_hidden(gen, 5, 64), ids, w, num_experts=8)
+
+
+@pytest.mark.parametrize("fmt", [StageFormat("mxfp8_prequant"), StageFormat("nvfp4_prequant"),
+                                 StageFormat("nvfp4")], ids=lambda f: f.kind)
+def test_metadata_check_formats(fmt):
+    ws, args = _valid_call(fmt)
+    validate_stage_inputs(ws, **args)
+    if fmt.kind == "nvfp4":
+        with pytest.raises(ConfigError, match="global_scale"):
+            validate_stage_inputs(ws, **args, global_scale=float("inf"))
+    else:
+        args["hidden_scales"] = args["hidden_scales"][:, :1]
+        with pytest.raises(ConfigError, match="hidden_scales"):
+            validate_stage_inputs(ws, **args)
+
+
+def test_metadata_checks_read_no_values():
+    """The checks pass on meta tensors, which hold no values: nothing is read or synced."""
+    fmt = StageFormat("mxfp8_prequant")
+    ws = StagingWorkspace.create(16, 4, 64, fmt, "meta")
+    meta = validate_stage_inputs(
+        ws, torch.empty(8, 64, dtype=torch.float8_e4m3fn, device="meta"),
+        torch.empty(8, 4, dtype=torch.int64, device="meta"),
+        torch.empty(8, 4, dtype=torch.float64, device="meta"), num_experts=16,
+        hidden_scales=torch.empty(8, 4, dtype=torch.uint8, device="meta"),
+        live_tokens=torch.empty(1, dtype=torch.int32, device="meta"),
+    )
+    assert meta.num_tokens == 8 and meta.graph_live
+
+
+def test_bad_metadata_raises_before_touching_the_workspace():
+    ws, args = _valid_call()
+    warmup(ws)
+    fill_guards(ws)
+    before = ws.buffer.clone()
+    args["topk_ids"] = args["topk_ids"][:, :2]
+    with pytest.raises(ConfigError):
+        stage(ws, **args)
+    assert torch.equal(ws.buffer, before)
+
+
+# ---------------------------------------------------------------- setting
+
+
+@pytest.mark.parametrize(("raw", "value"), [(None, True), ("", True), ("1", True),
+                                            ("0", False), ("off", False), ("true", True)])
+def test_check_routes_setting_parses(raw, value):
+    env = {} if raw is None else {ENV_VAR: raw}
+    assert read_check_routes(env) is value
+
+
+def test_check_routes_setting_rejects_garbage():
+    with pytest.raises(ConfigError, match=ENV_VAR):
+        read_check_routes({ENV_VAR: "maybe"})
+
+
+def test_setting_is_read_at_warmup_and_recorded(monkeypatch):
+    gen = torch.Generator().manual_seed(3)
+    ws = StagingWorkspace.create(8, 2, 64, StageFormat("bf16"))
+    ids, w = make_routes(gen, 4, 2, 8, mask_frac=0.0)
+    ids[1, 0] = 99  # out of range
+    x = make_hidden(gen, 4, 64)
+    with pytest.raises(ConfigError, match="warm"):
+        stage(ws, x, ids, w, num_experts=8)  # no warmup: no setting recorded yet
+    monkeypatch.setenv(ENV_VAR, "0")
+    warmup(ws)
+    assert ws.check_routes is False
+    monkeypatch.setenv(ENV_VAR, "1")  # changing it afterwards has no effect ...
+    stage(ws, x, ids, w, num_experts=8)  # ... so no RouteError
+    assert ws.check_routes is False
+    warmup(ws)  # ... until the next warmup
+    assert ws.check_routes is True
+    with pytest.raises(RouteError):
+        stage(ws, x, ids, w, num_experts=8)
+
+
+def test_checks_off_still_zeroes_masked_scores(monkeypatch):
+    gen = torch.Generator().manual_seed(4)
+    monkeypatch.setenv(ENV_VAR, "0")
+    ws = _ws(StageFormat("bf16"), c=8, k=3)
+    ids, w = make_routes(gen, 6, 3, 16, mask_frac=0.5)
+    ids[0] = -1
+    w[0] = float("nan")
+    stage(ws, make_hidden(gen, 6, 64), ids, w, num_experts=16)
+    exp = oracle_stage(ws.fmt, make_hidden(gen, 6, 64), ids, w, 8)
+    assert torch.equal(ws.scores.view(torch.int32), exp.scores.view(torch.int32))
+    assert torch.equal(ws.ids, exp.ids)
+
+
+# ---------------------------------------------------------------- Torch path vs oracle
+
+
+# safe FP8 rows must be finite: its non-finite rows are tested as route errors below
+FORMAT_REGIMES = [
+    pytest.param(f, r, id=f"{f.key}-{r}")
+    for f in ALL_FORMATS
+    for r in ("normal", "tiny", "boundary", "special")
+    if not (f.kind == "safe_fp8" and r == "special")
+]
+
+
+@pytest.mark.parametrize(("fmt", "regime"), FORMAT_REGIMES)
+def test_torch_path_matches_oracle_bitwise(fmt, regime):
+    gen = torch.Generator().manual_seed(5)
+    c, k, h, t, e = 12, 4, 96, 9, 16
+    ws = _ws(fmt, c=c, k=k, h=h)
+    hidden, scales = _inputs(gen, fmt, t, h, regime)
+    ids, w = make_routes(gen, t, k, e)
+    fill_guards(ws)
+    before = snapshot(hidden, ids, w, scales)
+    res = stage(ws, hidden, ids, w, num_experts=e, hidden_scales=scales, global_scale=0.5
+                if fmt.kind == "nvfp4" else 1.0)
+    assert res.path == "torch" and ws.last_path == "torch"
+    exp = oracle_stage(fmt, hidden, ids, w, c, hidden_scales=scales,
+                       global_scale=0.5 if fmt.kind == "nvfp4" else 1.0)
+    assert mismatches(ws, exp, t) == []
+    assert guards_intact(ws)
+    assert unchanged(before, hidden, ids, w, scales)
+
+
+@given(
+    t=st.integers(0, 24),
+    k=st.integers(1, 16),
+    e=st.integers(1, 64),
+    id_dtype=st.sampled_from((torch.int32, torch.int64)),
+    score_dtype=st.sampled_from(SCORE_DTYPES),
+    id_layout=st.sampled_from(LAYOUTS),
+    score_layout=st.sampled_from(LAYOUTS),
+    seed=st.integers(0, 2**31),
+)
+def test_torch_path_routes_match_oracle_for_any_dtype_and_layout(
+    t, k, e, id_dtype, score_dtype, id_layout, score_layout, seed
+):
+    gen = torch.Generator().manual_seed(seed)
+    c = 24
+    ws = StagingWorkspace.create(c, k, 32, StageFormat("bf16"), guard_bytes=16)
+    ws.check_routes = True
+    ids, w = make_routes(gen, t, k, e, id_dtype=id_dtype, score_dtype=score_dtype)
+    ids, w = layout(ids, id_layout), layout(w, score_layout)
+    hidden = make_hidden(gen, t, 32)
+    fill_guards(ws)
+    before = snapshot(ids, w)
+    stage(ws, hidden, ids, w, num_experts=e)
+    assert mismatches(ws, oracle_stage(ws.fmt, hidden, ids, w, c), t) == []
+    assert guards_intact(ws)
+    assert unchanged(before, ids, w)
+
+
+def test_shrinking_batch_leaves_no_stale_route():
+    gen = torch.Generator().manual_seed(6)
+    ws = _ws(StageFormat("bf16"), c=8, k=2)
+    for t in (8, 3, 0, 5):
+        ids, w = make_routes(gen, t, 2, 4)
+        x = make_hidden(gen, t, 64)
+        stage(ws, x, ids, w, num_experts=4)
+        assert mismatches(ws, oracle_stage(ws.fmt, x, ids, w, 8), t) == []
+
+
+# ---------------------------------------------------------------- value checks
+
+
+def _bad_routes(gen, t, k, e, kind):
+    ids, w = make_routes(gen, t, k, e, mask_frac=0.2)
+    r = t // 2
+    if kind == "range":
+        ids[r, k - 1] = e
+    elif kind == "negative":
+        ids[r, 0] = -2
+    elif kind == "wrap":
+        ids[r, 0] = 2**32  # int64 2**32 is out of range, never wrapped to 0
+    elif kind == "dup":
+        ids[r, 0], ids[r, k - 1] = 1, 1
+    else:
+        ids[r, 1] = 0 if int(ids[r, 1]) == -1 else ids[r, 1]
+        ids[r, 0] = -1 if ids[r, 1] != 0 else 2
+        w[r, 1] = float("inf")
+    return ids, w
+
+
+@pytest.mark.parametrize("kind", ["range", "negative", "wrap", "dup", "nonfinite"])
+def test_route_error_names_the_first_violation_like_the_oracle(kind):
+    gen = torch.Generator().manual_seed(7)
+    t, k, e = 6, 4, 8
+    ws = _ws(StageFormat("bf16"), c=8, k=k)
+    ids, w = _bad_routes(gen, t, k, e, kind)
+    first = find_route_violations(ids, w, e)[0]
+    before = snapshot(ids, w)
+    with pytest.raises(RouteError) as info:
+        stage(ws, make_hidden(gen, t, 64), ids, w, num_experts=e)
+    err = info.value
+    assert (err.row, err.slot, err.expert_id, err.rule) == (
+        first.row, first.slot, first.expert_id, first.rule)
+    assert torch.equal(torch.tensor(err.score, dtype=torch.float64),
+                       torch.tensor(first.score, dtype=torch.float64)) or (
+        err.score != err.score and first.score != first.score)
+    assert unchanged(before, ids, w)
+    # the bad row is marked NaN, the other rows are staged normally
+    assert torch.isnan(ws.scores[first.row]).all()
+    assert ((ws.ids[first.row] >= 0) & (ws.ids[first.row] < e)).all()
+    good = [r for r in range(t) if r != first.row]
+    exp = oracle_stage(ws.fmt, make_hidden(gen, t, 64), ids[good], w[good], len(good))
+    assert torch.equal(ws.ids[good], exp.ids)
+
+
+def test_safe_fp8_non_finite_input_row_is_a_route_error():
+    gen = torch.Generator().manual_seed(8)
+    ws = _ws(StageFormat("safe_fp8"), c=8, k=2)
+    ids, w = make_routes(gen, 5, 2, 4)
+    x = make_hidden(gen, 5, 64)
+    x[3, 7] = float("inf")
+    with pytest.raises(RouteError) as info:
+        stage(ws, x, ids, w, num_experts=4)
+    assert (info.value.row, info.value.rule) == (3, "non_finite_input")
+    assert torch.isnan(ws.scales[3]).all()
+
+
+def test_route_codes_agree_with_oracle_on_random_bad_routes():
+    gen = torch.Generator().manual_seed(9)
+    for _ in range(20):
+        t, k, e = 10, int(torch.randint(1, 9, (1,), generator=gen)), 6
+        ids = torch.randint(-3, 9, (t, k), generator=gen)
+        w = torch.randn(t, k, generator=gen)
+        w[torch.rand(t, k, generator=gen) < 0.2] = float("nan")
+        codes = tp.route_codes(ids, w, e)
+        firsts: dict[int, object] = {}
+        for v in find_route_violations(ids, w, e):
+            firsts.setdefault(v.row, v)
+        for r in range(t):
+            if r not in firsts:
+                assert int(codes[r]) == 0
+            else:
+                v = firsts[r]
+                assert int(codes[r]) == v.slot * 4 + mc.ROUTE_RULES.index(v.rule) + 1
+
+
+# ---------------------------------------------------------------- planted bugs
+
+
+def test_planted_bug_rceil_exponent_off_by_one_is_caught(monkeypatch):
+    """ceil(log2(d)) taken as floor + 1 (wrong when d is a power of two) must fail."""
+    monkeypatch.setattr(tp, "ceil_log2_bits", lambda d: tp.floor_log2_bits(d) + 1)
+    gen = torch.Generator().manual_seed(10)
+    fmt = StageFormat("mxfp8", "e4m3", "rceil")
+    ws = _ws(fmt, c=4, k=2)
+    x = make_hidden(gen, 4, 64)
+    x[:, :32] = 1.0
+    x[:, 3] = 448.0  # d = 448 / 448 = 1 = 2**0: e must be 0, the bug gives 1
+    ids, w = make_routes(gen, 4, 2, 4)
+    stage(ws, x, ids, w, num_experts=4)
+    assert {"payload", "scales"} <= set(mismatches(ws, oracle_stage(fmt, x, ids, w, 4), 4))
+
+
+def test_planted_bug_stale_rows_are_caught(monkeypatch):
+    """Staging that forgets rows [T, C) must fail the oracle check after a shrink."""
+    real = tp.stage_routes_into
+
+    def broken(ids, weights, **kw):
+        out_ids, out_scores = kw["out_ids"], kw["out_scores"]
+        keep_i, keep_s = out_ids.clone(), out_scores.clone()
+        real(ids, weights, **kw)
+        out_ids[ids.shape[0]:] = keep_i[ids.shape[0]:]
+        out_scores[ids.shape[0]:] = keep_s[ids.shape[0]:]
+
+    gen = torch.Generator().manual_seed(11)
+    ws = _ws(StageFormat("bf16"), c=8, k=2)
+    ids, w = make_routes(gen, 8, 2, 4, mask_frac=0.0)
+    stage(ws, make_hidden(gen, 8, 64), ids, w, num_experts=4)
+    monkeypatch.setattr(tp, "stage_routes_into", broken)
+    ids2, w2 = make_routes(gen, 2, 2, 4)
+    x2 = make_hidden(gen, 2, 64)
+    stage(ws, x2, ids2, w2, num_experts=4)
+    assert "ids" in mismatches(ws, oracle_stage(ws.fmt, x2, ids2, w2, 8), 2)
+
+
+def test_planted_bug_guard_write_is_caught():
+    ws = StagingWorkspace.create(4, 2, 64, StageFormat("bf16"), guard_bytes=16)
+    fill_guards(ws)
+    assert guards_intact(ws)
+    ws.buffer[ws.regions["ids"].offset - 1] = 0  # one byte before a region
+    assert not guards_intact(ws)
+
+
+# ---------------------------------------------------------------- compile cache
+
+
+def test_compile_cache_compiles_once_reuses_across_h_and_refuses_during_capture():
+    from megamoe.staging import compile_cache as cc
+
+    cc.clear()
+    built = []
+
+    def build():
+        built.append(1)
+        return object()
+
+    key = cc.CacheKey("route_stage", "bf16", 4096, 8, "int64", "float32", "cuda:0")
+    first = cc.get_compiled(key, build, capturing=False)
+    assert cc.get_compiled(key, build, capturing=True) is first
+    other_h = key._replace(hidden_size=7168)
+    assert cc.get_compiled(other_h, build, capturing=True) is first  # same code: no compile
+    assert len(built) == 1
+    with pytest.raises(cc.CompileDuringCaptureError, match="warmup"):
+        cc.get_compiled(key._replace(top_k=4), build, capturing=True)
+    assert len(built) == 1
+    cc.clear()
+
+
+def test_bad_id_and_score_are_written_only_for_bad_rows():
+    """Like the kernels, the Torch path writes bad_id/bad_score only for rows it records as
+    bad (the kernel-vs-Torch property test compares these regions bytewise)."""
+    gen = torch.Generator().manual_seed(12)
+    ws = _ws(StageFormat("bf16"), c=8, k=2)
+    ids, w = make_routes(gen, 6, 2, 4, mask_frac=0.0)
+    ids[4, 1] = 9  # out of range
+    fill_guards(ws)
+    with pytest.raises(RouteError):
+        stage(ws, make_hidden(gen, 6, 64), ids, w, num_experts=4)
+    pattern = torch.full((8,), 0xA5A5A5A5A5A5A5A5 - 2**64, dtype=torch.int64)
+    expect = pattern.clone()
+    expect[4] = 9
+    assert torch.equal(ws.view("bad_id"), expect)
+    assert torch.equal(ws.view("bad_score").view(torch.int64)[torch.arange(8) != 4],
+                       pattern[:7])

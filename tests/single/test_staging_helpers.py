@@ -1,0 +1,201 @@
+"""Shared helpers of the staging tests (host, property and single tiers).
+
+Inputs (routes with masks, NaN/Inf behind masked slots, strided/offset views), the
+oracle's expected bytes for a staging call (CONTRACTS s3-s4) and the checks:
+workspace regions vs oracle, guard bytes outside the regions, caller tensors unchanged.
+The expected bytes come only from ``oracle/``, never from ``megamoe``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from oracle import formats as of
+from oracle.routing import stage_routes
+
+GUARD_BYTE = 0xA5
+GUARD_BYTES = 64
+NON_FINITE = (float("nan"), float("inf"), float("-inf"))
+
+
+def bytes_of(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of ``t`` (a contiguous copy viewed as uint8)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(bytes_of(a).cpu(), bytes_of(b).cpu())
+
+
+def layout(t: torch.Tensor, kind: str) -> torch.Tensor:
+    """A view of ``t`` ([T, K]) with the same values in another memory layout:
+    ``contiguous``, ``offset`` (storage offset), ``strided`` (every other column of a wider
+    buffer), ``transposed`` (column-major)."""
+    if kind == "contiguous":
+        return t.contiguous()
+    if kind == "offset":
+        buf = torch.empty(t.numel() + 3, dtype=t.dtype, device=t.device)
+        v = buf[3:].view(t.shape)
+        v.copy_(t)
+        return v
+    if kind == "strided":
+        buf = torch.zeros(t.shape[0], 2 * t.shape[1] + 1, dtype=t.dtype, device=t.device)
+        v = buf[:, 1::2]
+        v.copy_(t)
+        return v
+    if kind == "transposed":
+        return t.t().contiguous().t()
+    raise ValueError(kind)
+
+
+LAYOUTS = ("contiguous", "offset", "strided", "transposed")
+
+
+def make_routes(
+    gen: torch.Generator,
+    t: int,
+    k: int,
+    num_experts: int,
+    *,
+    id_dtype: torch.dtype = torch.int64,
+    score_dtype: torch.dtype = torch.float32,
+    mask_frac: float = 0.3,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Valid routes: distinct ids per row (or -1), finite active scores, masked slots
+    carrying NaN/+Inf/-Inf/anything."""
+    e = max(num_experts, k)
+    ids = torch.stack([torch.randperm(e, generator=gen)[:k] for _ in range(t)]) if t else (
+        torch.empty(0, k, dtype=torch.int64)
+    )
+    ids = ids.clamp(max=num_experts - 1) if num_experts < k else ids
+    if num_experts < k:  # not enough experts for k distinct ids: mask the repeats
+        for r in range(t):
+            seen: set[int] = set()
+            for j in range(k):
+                v = int(ids[r, j])
+                if v in seen:
+                    ids[r, j] = -1
+                seen.add(v)
+    masked = torch.rand(t, k, generator=gen) < mask_frac
+    ids = torch.where(masked, torch.full_like(ids, -1), ids)
+    scores = torch.randn(t, k, generator=gen, dtype=torch.float64)
+    junk = torch.tensor((*NON_FINITE, 1e300, -0.0, 7.0), dtype=torch.float64)
+    pick = torch.randint(0, junk.numel(), (t, k), generator=gen)
+    scores = torch.where(ids == -1, junk[pick], scores)
+    return ids.to(id_dtype).to(device), scores.to(score_dtype).to(device)
+
+
+def make_hidden(gen: torch.Generator, t: int, h: int, *, regime: str = "normal",
+                device="cpu") -> torch.Tensor:
+    """bf16 [T, H]: ``normal`` (mixed exponents per row), ``tiny`` (1e-36-scale values),
+    ``boundary`` (powers of two and format maxima planted), ``special`` (NaN / +-Inf /
+    all-zero / subnormal / bf16-max blocks planted; not for safe FP8, whose rows must be
+    finite)."""
+    x = torch.randn(t, h, generator=gen, dtype=torch.float32)
+    if regime == "tiny":
+        x = x * 1e-36
+    elif regime == "boundary":
+        x = x * torch.exp2(torch.randint(-20, 20, (t, 1), generator=gen).float())
+        if t and h >= 32:
+            x[:, 0] = 448.0
+            x[:, 1] = -57344.0 * 2**-4
+            x[:, 2] = 6.0
+            x[:, 31] = 2.0**-126
+    else:
+        x = x * torch.exp2(torch.randint(-30, 30, (t, 1), generator=gen).float())
+    if regime == "special" and h >= 32:
+        blocks = h // 16
+        pick = torch.randint(0, 7, (t, blocks), generator=gen)
+        xb = x.view(t, blocks, 16)
+        xb[pick == 0, 3] = float("nan")
+        xb[pick == 1, 5] = float("inf")
+        xb[pick == 2, 0] = float("-inf")
+        xb[pick == 3] = 0.0
+        xb[pick == 4] = xb[pick == 4] * 2.0**-133  # bf16 subnormals
+        xb[pick == 5, 7] = 3.3895313892515355e38  # largest bf16
+    return x.to(torch.bfloat16).to(device)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The oracle's bytes for one staging call: full ids/scores [C, K]; payload/scales rows
+    [0, T) (rows [T, C) of the activation regions are unspecified, CONTRACTS s3)."""
+
+    ids: torch.Tensor
+    scores: torch.Tensor
+    payload: torch.Tensor
+    scales: torch.Tensor | None
+
+
+def oracle_stage(fmt, hidden, ids, scores, capacity, *, hidden_scales=None,
+                 global_scale=1.0) -> Expected:
+    """What a staging call must write, from the oracle alone (valid routes)."""
+    cpu = torch.device("cpu")
+    sid, ssc = stage_routes(ids.to(cpu), scores.to(cpu), capacity)
+    h = hidden.to(cpu)
+    kind = fmt.kind
+    scales = None
+    if kind == "bf16":
+        payload = h
+    elif kind == "mxfp8":
+        payload, s = of.quantize_mxfp8(h, elem=fmt.elem, mode=fmt.mode)
+        scales = of.pad_scale_columns(s)
+    elif kind == "nvfp4":
+        payload, scales = of.quantize_nvfp4(h, global_scale)
+    elif kind == "safe_fp8":
+        payload, d = of.safe_fp8_quantize(h)
+        scales = of.safe_fp8_scale_wire(d)
+    elif kind == "mxfp8_prequant":
+        payload = h
+        n = h.shape[1] // 32
+        scales = of.pad_scale_columns(hidden_scales.to(cpu).view(torch.uint8)[:, :n])
+    else:  # nvfp4_prequant
+        payload = h.view(torch.uint8)
+        scales = hidden_scales.to(cpu)
+    return Expected(sid, ssc, payload, scales)
+
+
+def mismatches(ws, exp: Expected, t: int) -> list[str]:
+    """Names of the workspace regions whose bytes differ from ``exp`` (empty = all equal)."""
+    bad = []
+    if not same_bytes(ws.ids.cpu(), exp.ids):
+        bad.append("ids")
+    if not same_bytes(ws.scores.cpu(), exp.scores):
+        bad.append("scores")
+    if not same_bytes(ws.payload[:t].cpu(), exp.payload):
+        bad.append("payload")
+    if exp.scales is not None and not same_bytes(ws.scales[:t].cpu(), exp.scales):
+        bad.append("scales")
+    return bad
+
+
+def fill_guards(ws) -> None:
+    """Fill the whole workspace buffer (regions and guards) with ``GUARD_BYTE``."""
+    ws.buffer.fill_(GUARD_BYTE)
+
+
+def guards_intact(ws) -> bool:
+    """True when every byte outside the regions still holds ``GUARD_BYTE``."""
+    outside = ~ws.region_mask()
+    return bool((ws.buffer[outside] == GUARD_BYTE).all())
+
+
+def snapshot(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    """Byte copies of the caller tensors' whole storage (to prove nothing was written)."""
+    out = []
+    for t in tensors:
+        if t is None:
+            continue
+        st = t.untyped_storage()
+        out.append(torch.tensor([], dtype=torch.uint8, device=t.device).set_(st).clone())
+    return out
+
+
+def unchanged(before: list[torch.Tensor], *tensors: torch.Tensor) -> bool:
+    after = snapshot(*tensors)
+    return len(before) == len(after) and all(
+        torch.equal(a, b) for a, b in zip(before, after, strict=True)
+    )

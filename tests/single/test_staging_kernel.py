@@ -1,0 +1,288 @@
+"""Staging kernel A on the GPU (CONTRACTS s2-s3): route staging fused with the value
+checks and the activation copy (bf16 and prequantized MXFP8 / NVFP4), bitwise equal to
+the oracle; guard bytes; caller tensors untouched; eager RouteError; Torch fallbacks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from megamoe import RouteError
+from megamoe.route_check_setting import ENV_VAR
+from megamoe.staging import StageFormat, StagingWorkspace, stage, warmup
+from oracle import formats as of
+from oracle.routing import find_route_violations
+from tests.single.test_staging_helpers import (
+    LAYOUTS,
+    fill_guards,
+    guards_intact,
+    layout,
+    make_hidden,
+    make_routes,
+    mismatches,
+    oracle_stage,
+    snapshot,
+    unchanged,
+)
+
+KERNEL_FORMATS = (
+    StageFormat("bf16"),
+    StageFormat("mxfp8", "e4m3", "rceil"),
+    StageFormat("mxfp8", "e4m3", "floor"),
+    StageFormat("mxfp8", "e5m2", "rceil"),
+    StageFormat("mxfp8", "e5m2", "floor"),
+    StageFormat("mxfp8_prequant", "e4m3"),
+    StageFormat("mxfp8_prequant", "e5m2"),
+    StageFormat("nvfp4_prequant"),
+    StageFormat("nvfp4"),
+    StageFormat("safe_fp8"),
+)
+QUANT_FORMATS = tuple(f for f in KERNEL_FORMATS if f.quantizes)
+GLOBAL_SCALES = (1.0, 0.37, 1e-3, 3.0, 2.0**-20)
+SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+HIDDEN = (32, 64, 96, 160, 1024, 4096, 7168, 16384)
+
+
+def _inputs(gen, fmt, t, h, dev, regime="normal"):
+    x = make_hidden(gen, t, h, regime=regime)
+    if fmt.kind == "mxfp8_prequant":
+        p, s = of.quantize_mxfp8(x, elem=fmt.elem)
+        return p.to(dev), s.to(dev)
+    if fmt.kind == "nvfp4_prequant":
+        p, s = of.quantize_nvfp4(x, 1.0)
+        return p.to(dev), s.to(dev)
+    return x.to(dev), None
+
+
+def _ws(fmt, c, k, h, dev, id_dtype, score_dtype):
+    ws = StagingWorkspace.create(c, k, h, fmt, dev, guard_bytes=64)
+    warmup(ws, id_dtypes=(id_dtype,), score_dtypes=(score_dtype,))
+    return ws
+
+
+@given(
+    fmt=st.sampled_from(KERNEL_FORMATS),
+    h=st.sampled_from(HIDDEN),
+    c=st.integers(1, 4096),
+    t_frac=st.floats(0.0, 1.0),
+    k=st.integers(1, 16),
+    e=st.integers(1, 256),
+    id_dtype=st.sampled_from((torch.int32, torch.int64)),
+    score_dtype=st.sampled_from(SCORE_DTYPES),
+    id_layout=st.sampled_from(LAYOUTS),
+    score_layout=st.sampled_from(LAYOUTS),
+    regime=st.sampled_from(("normal", "tiny", "boundary", "special")),
+    g=st.sampled_from(GLOBAL_SCALES),
+    seed=st.integers(0, 2**31),
+)
+def test_kernel_matches_oracle_bitwise(cuda_device, fmt, h, c, t_frac, k, e, id_dtype,
+                                       score_dtype, id_layout, score_layout, regime, g, seed):
+    c = min(c, max(1, (1 << 24) // h))  # keep one example's activations under ~32 MB
+    if fmt.quantizes:
+        # kernels B-D share kernel A's route code (make_route_rows); fixing their route
+        # dtypes and K bounds the number of (slow) compilations per run
+        k, id_dtype, score_dtype = 8, torch.int64, torch.float32
+    if fmt.kind == "safe_fp8" and regime == "special":
+        regime = "boundary"  # safe FP8 rows must be finite (non-finite rows: error tests)
+    t = round(t_frac * c)
+    gen = torch.Generator().manual_seed(seed)
+    ws = _ws(fmt, c, k, h, cuda_device, id_dtype, score_dtype)
+    hidden, scales = _inputs(gen, fmt, t, h, cuda_device, regime)
+    ids, w = make_routes(gen, t, k, e, id_dtype=id_dtype, score_dtype=score_dtype,
+                         device=cuda_device)
+    ids, w = layout(ids, id_layout), layout(w, score_layout)
+    exp = oracle_stage(fmt, hidden, ids, w, c, hidden_scales=scales, global_scale=g)
+    fill_guards(ws)
+    before = snapshot(hidden, ids, w, scales)
+    res = stage(ws, hidden, ids, w, num_experts=e, hidden_scales=scales, global_scale=g)
+    assert res.path == "kernel", res.reason
+    assert mismatches(ws, exp, t) == []
+    assert guards_intact(ws)
+    assert unchanged(before, hidden, ids, w, scales)
+
+
+def test_kernel_rewrites_capacity_tail_every_call(cuda_device):
+    gen = torch.Generator().manual_seed(1)
+    fmt = StageFormat("bf16")
+    ws = _ws(fmt, 300, 8, 64, cuda_device, torch.int64, torch.float32)
+    for t in (300, 129, 0, 1, 300, 7):
+        ids, w = make_routes(gen, t, 8, 64, device=cuda_device)
+        x = make_hidden(gen, t, 64, device=cuda_device)
+        assert stage(ws, x, ids, w, num_experts=64).path == "kernel"
+        assert mismatches(ws, oracle_stage(fmt, x, ids, w, 300), t) == []
+
+
+def test_prequant_padded_scale_columns_are_zeroed(cuda_device):
+    gen = torch.Generator().manual_seed(2)
+    fmt = StageFormat("mxfp8_prequant", "e4m3")
+    h, t = 96, 5  # 3 scale columns, padded to 4
+    x = make_hidden(gen, t, h)
+    p, s = of.quantize_mxfp8(x)
+    s_pad = torch.cat([s, torch.full((t, 1), 0xEE, dtype=torch.uint8)], dim=1)
+    ws = _ws(fmt, 8, 2, h, cuda_device, torch.int64, torch.float32)
+    ids, w = make_routes(gen, t, 2, 8, device=cuda_device)
+    fill_guards(ws)
+    assert stage(ws, p.to(cuda_device), ids, w, num_experts=8,
+                 hidden_scales=s_pad.to(cuda_device)).path == "kernel"
+    assert torch.equal(ws.scales[:t].cpu(), of.pad_scale_columns(s))
+    assert guards_intact(ws)
+
+
+BAD_KINDS = ("range", "negative", "wrap", "dup", "nonfinite", "many")
+
+
+def _bad_routes(gen, t, k, e, kind, id_dtype, score_dtype, dev):
+    ids, w = make_routes(gen, t, k, e, mask_frac=0.2)
+    r = t // 2
+    if kind == "range":
+        ids[r, k - 1] = e
+    elif kind == "negative":
+        ids[r, 0] = -2
+    elif kind == "wrap":
+        ids[r, 0] = 2**32 if id_dtype == torch.int64 else e + 5
+    elif kind == "dup":
+        ids[r, 0], ids[r, k - 1] = 1, 1
+    elif kind == "nonfinite":
+        ids[r, k - 1] = 0 if int(ids[r, k - 1]) == -1 else ids[r, k - 1]
+        w[r, k - 1] = float("nan")
+    else:
+        bad = torch.rand(t, k, generator=gen) < 0.05
+        ids = torch.where(bad, torch.randint(-3, e + 3, (t, k), generator=gen), ids)
+        w = torch.where(torch.rand(t, k, generator=gen) < 0.05, float("inf"), w)
+    return ids.to(id_dtype).to(dev), w.to(score_dtype).to(dev)
+
+
+@pytest.mark.parametrize("kind", BAD_KINDS)
+@pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("score_dtype", [torch.bfloat16, torch.float64])
+def test_kernel_route_error_equals_torch_path_and_oracle(cuda_device, kind, id_dtype,
+                                                         score_dtype):
+    gen = torch.Generator().manual_seed(3)
+    t, k, e, c = 40, 6, 16, 64
+    ids, w = _bad_routes(gen, t, k, e, kind, id_dtype, score_dtype, cuda_device)
+    x = make_hidden(gen, t, 64, device=cuda_device)
+    violations = find_route_violations(ids.cpu(), w.cpu(), e)
+    assert violations
+    errs, regions = [], []
+    for path in ("kernel", "torch"):
+        ws = _ws(StageFormat("bf16"), c, k, 64, cuda_device, id_dtype, score_dtype)
+        fill_guards(ws)
+        before = snapshot(x, ids, w)
+        with pytest.raises(RouteError) as info:
+            stage(ws, x, ids, w, num_experts=e, path=path)
+        assert ws.last_path == path
+        assert unchanged(before, x, ids, w)
+        assert guards_intact(ws)
+        errs.append(info.value)
+        regions.append([ws.view(n).cpu().view(torch.uint8).clone()
+                        for n in ("ids", "scores", "row_code", "status")])
+    first = violations[0]
+    for err in errs:
+        assert (err.row, err.slot, err.expert_id, err.rule) == (
+            first.row, first.slot, first.expert_id, first.rule)
+    for a, b in zip(regions[0], regions[1], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_checks_off_kernel_stages_without_error(cuda_device, monkeypatch):
+    gen = torch.Generator().manual_seed(4)
+    monkeypatch.setenv(ENV_VAR, "0")
+    t, k, e = 20, 4, 8
+    ids, w = _bad_routes(gen, t, k, e, "many", torch.int64, torch.float32, cuda_device)
+    ids = torch.where(ids.abs() > 2**31, torch.zeros_like(ids), ids)
+    ws = _ws(StageFormat("bf16"), 32, k, 64, cuda_device, torch.int64, torch.float32)
+    assert ws.check_routes is False
+    x = make_hidden(gen, t, 64, device=cuda_device)
+    stage(ws, x, ids, w, num_experts=e)  # no RouteError
+    masked = ids == -1
+    expect = torch.where(masked, 0.0, w.to(torch.float32))
+    assert torch.equal(ws.scores[:t].view(torch.int32), expect.view(torch.int32))
+    assert torch.equal(ws.ids[:t], ids.to(torch.int32))
+
+
+@pytest.mark.parametrize("fmt", [StageFormat("bf16"), *QUANT_FORMATS], ids=lambda f: f.key)
+def test_non_contiguous_hidden_takes_the_torch_path_and_matches(cuda_device, fmt):
+    gen = torch.Generator().manual_seed(6)
+    t, k, e, c, h = 17, 8, 8, 32, 64
+    ws = _ws(fmt, c, k, h, cuda_device, torch.int64, torch.float32)
+    x = make_hidden(gen, t, 2 * h, device=cuda_device)[:, ::2]
+    ids, w = make_routes(gen, t, k, e, device=cuda_device)
+    res = stage(ws, x, ids, w, num_experts=e)
+    assert res.path == "torch" and "contiguous" in res.reason
+    assert mismatches(ws, oracle_stage(fmt, x, ids, w, c), t) == []
+
+
+QUANT_REGIMES = [
+    pytest.param(f, r, id=f"{f.key}-{r}")
+    for f in QUANT_FORMATS
+    for r in ("normal", "tiny", "boundary", "special")
+    if not (f.kind == "safe_fp8" and r == "special")
+]
+
+
+@pytest.mark.parametrize(("fmt", "regime"), QUANT_REGIMES)
+def test_quantizing_kernel_equals_torch_path_and_oracle(cuda_device, fmt, regime):
+    gen = torch.Generator().manual_seed(7)
+    t, k, e, c, h = 300, 8, 64, 512, 7168
+    x = make_hidden(gen, t, h, regime=regime, device=cuda_device)
+    ids, w = make_routes(gen, t, k, e, device=cuda_device)
+    exp = oracle_stage(fmt, x, ids, w, c, global_scale=0.37)
+    out = []
+    for path in ("kernel", "torch"):
+        ws = _ws(fmt, c, k, h, cuda_device, torch.int64, torch.float32)
+        fill_guards(ws)
+        res = stage(ws, x, ids, w, num_experts=e, path=path, global_scale=0.37)
+        assert res.path == path
+        assert mismatches(ws, exp, t) == [], path
+        assert guards_intact(ws)
+        out.append([ws.view(n)[:t].cpu().contiguous().view(torch.uint8)
+                    for n in ("payload", "scales", "ids", "scores")])
+    for a, b in zip(out[0], out[1], strict=True):
+        assert torch.equal(a, b)  # bytes: NaN payloads included
+
+
+def test_quantizing_kernels_sweep_every_bf16_value(cuda_device):
+    """Every positive and negative finite bf16 value appears in some block / row, with
+    amaxes across the whole exponent range: kernel bytes == oracle bytes."""
+    gen = torch.Generator().manual_seed(8)
+    allbits = torch.arange(0, 0x7F80, dtype=torch.int32)
+    vals = (allbits << 16).view(torch.float32)
+    vals = torch.cat([vals, -vals])
+    vals = vals[torch.randperm(vals.numel(), generator=gen)]
+    h = 1024
+    t = (vals.numel() + h - 1) // h
+    x = torch.zeros(t * h)
+    x[: vals.numel()] = vals
+    x = x.view(t, h).to(torch.bfloat16)
+    ids, w = make_routes(gen, t, 2, 4)
+    for fmt in QUANT_FORMATS:
+        for g in (1.0, 1e-3) if fmt.kind == "nvfp4" else (1.0,):
+            ws = _ws(fmt, t, 2, h, cuda_device, torch.int64, torch.float32)
+            res = stage(ws, x.to(cuda_device), ids.to(cuda_device), w.to(cuda_device),
+                        num_experts=4, global_scale=g)
+            assert res.path == "kernel"
+            assert mismatches(ws, oracle_stage(fmt, x, ids, w, t, global_scale=g), t) == [], (
+                fmt.key, g)
+
+
+def test_safe_fp8_kernel_non_finite_row_equals_torch_path(cuda_device):
+    gen = torch.Generator().manual_seed(9)
+    fmt = StageFormat("safe_fp8")
+    t, k, e, c, h = 40, 4, 16, 64, 1024
+    x = make_hidden(gen, t, h, device=cuda_device)
+    x[11, 500] = float("nan")
+    x[30, 0] = float("-inf")
+    ids, w = make_routes(gen, t, k, e, device=cuda_device)
+    regions = []
+    for path in ("kernel", "torch"):
+        ws = _ws(fmt, c, k, h, cuda_device, torch.int64, torch.float32)
+        with pytest.raises(RouteError) as info:
+            stage(ws, x, ids, w, num_experts=e, path=path)
+        assert (info.value.row, info.value.rule) == (11, "non_finite_input")
+        assert torch.isnan(ws.scales[11]).all() and torch.isnan(ws.scores[30]).all()
+        regions.append([ws.view(n)[:t].cpu().contiguous().view(torch.uint8)
+                        for n in ("ids", "scores", "payload", "scales", "row_code")])
+    for a, b in zip(regions[0], regions[1], strict=True):
+        assert torch.equal(a, b)
