@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--emulated-ranks", type=int, help="P logical ranks on this device")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument(
+        "--case", action="append", default=[], metavar="GLOB",
+        help="run only the cases whose name matches GLOB (shell-style; repeatable)",
+    )
+    ap.add_argument(
         "--plot", type=Path, metavar="RECORD_JSON",
         help="render the report and plots of an existing record (into --output-dir, default its folder)",
     )
@@ -127,12 +131,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"name: expected one of {sorted(benches)}, got {args.name!r}", file=sys.stderr)
         return 2
     bench = benches[args.name]
+    try:
+        bench.cases_for(args.quick, args.case)
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
     protocol = protocol_from_args(args)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.emulated_ranks is None
     local_rank = int(os.environ.get("LOCAL_RANK", "0")) if distributed else None
     backend = default_backend(args.device, local_rank)
     ranks = _ranks(args, backend)
-    record = run_benchmark(bench, backend, ranks, protocol, quick=args.quick, argv=argv)
+    record = run_benchmark(
+        bench, backend, ranks, protocol, quick=args.quick, case_patterns=args.case, argv=argv
+    )
     paths: list[Path] = []
     if ranks.is_writer:
         out_dir = args.output_dir or Path("out") / "bench" / bench.name

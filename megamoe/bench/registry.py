@@ -14,9 +14,10 @@ Modules under ``megamoe/bench/benchmarks/`` are imported by
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -140,12 +141,23 @@ class Benchmark:
         if any(c not in CEILING_NAMES for c in self.ceilings):
             raise ValueError(f"ceilings: expected names from {CEILING_NAMES}, got {self.ceilings!r}")
 
-    def cases_for(self, quick: bool) -> tuple[Case, ...]:
-        """All cases, or the ``quick`` ones (all of them when none is marked quick)."""
-        if not quick:
-            return self.cases
-        marked = tuple(c for c in self.cases if c.quick)
-        return marked or self.cases
+    def cases_for(self, quick: bool, patterns: Sequence[str] = ()) -> tuple[Case, ...]:
+        """All cases, or the ``quick`` ones (all of them when none is marked quick), then
+        only those whose name matches one of the shell-style ``patterns`` (if any).
+        A pattern that matches no case is an error (a typo must not silently run nothing).
+        """
+        chosen = self.cases
+        if quick:
+            chosen = tuple(c for c in self.cases if c.quick) or self.cases
+        if not patterns:
+            return chosen
+        for pat in patterns:
+            if not any(fnmatch.fnmatchcase(c.name, pat) for c in chosen):
+                raise ValueError(
+                    f"case: pattern {pat!r} matches none of the {len(chosen)} cases of "
+                    f"{self.name!r}{' (--quick)' if quick else ''}"
+                )
+        return tuple(c for c in chosen if any(fnmatch.fnmatchcase(c.name, p) for p in patterns))
 
 
 _REGISTRY: dict[str, Benchmark] = {}

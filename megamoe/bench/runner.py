@@ -163,10 +163,13 @@ def run_benchmark(
     protocol: Protocol,
     *,
     quick: bool = False,
+    case_patterns: Sequence[str] = (),
     argv: Sequence[str] = (),
     ceiling_builders: Mapping[str, CeilingBuilder] = CEILING_BUILDERS,
 ) -> dict[str, Any]:
-    """Run ``bench`` and return its record (every sample, environment, verdicts)."""
+    """Run ``bench`` and return its record (every sample, environment, verdicts).
+    ``case_patterns``: shell-style patterns selecting cases by name (see ``cases_for``)."""
+    bench.cases_for(quick, case_patterns)  # a pattern that matches nothing fails first
     if not protocol.aa_control and not bench.baselines:
         raise ValueError(
             f"protocol.aa_control: expected True for {bench.name!r}, which declares no baselines "
@@ -181,7 +184,7 @@ def run_benchmark(
     by_name = {c["name"]: c for c in ceilings}
 
     cases = []
-    for case in bench.cases_for(quick):
+    for case in bench.cases_for(quick, case_patterns):
         calls = case.calls_per_sample or protocol.calls_per_sample
         measurer = Measurer(backend, ranks, protocol.with_(calls_per_sample=calls))
         for cache in (c for c in protocol.caches if c in case.caches):

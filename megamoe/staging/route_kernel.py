@@ -10,6 +10,9 @@ clamped to ``[0, rows]`` under graphs):
 - ``r >= live``: ids ``-1``, scores ``+0.0`` (every call, every replay);
 - ``r < live``: ids ``int32(id)``, scores ``float32(score)`` on active slots, ``+0.0`` on
   masked ones (id ``-1`` judged on the caller's dtype);
+- a NaN written to ``scores`` or ``bad_score`` is the canonical quiet NaN
+  (``0x7FC00000`` / ``0x7FF8000000000000``): hardware conversions of a NaN score keep
+  different payload bits on different paths, so both paths canonicalize;
 - with checks on: the first violation of the row by (slot, rule) is encoded as
   ``slot * 4 + rule + 1`` (rules in name order: duplicate_id, id_out_of_range,
   non_finite_score), the caller's id/score at that slot recorded, the status word set
@@ -100,7 +103,10 @@ def make_route_rows(K: int):
                     sid = Int32(idv[k])
                     sid = Int32(cutlass.select_(bad & (~in_range[k]), Int32(0), sid))
                     o_ids[row, k] = sid
-                    s32 = Float32(cutlass.select_(active[k], scv[k].to(Float32), Float32(0.0)))
+                    s32 = scv[k].to(Float32)
+                    # any NaN is written as the canonical quiet NaN (module docstring)
+                    s32 = Float32(cutlass.select_(s32 == s32, s32, Float32(float("nan"))))
+                    s32 = Float32(cutlass.select_(active[k], s32, Float32(0.0)))
                     o_sc[row, k] = Float32(cutlass.select_(bad, Float32(float("nan")), s32))
                 if check != Int32(0):
                     old = o_code[row]
@@ -114,7 +120,9 @@ def make_route_rows(K: int):
                                 bid = Int64(cutlass.select_(slot == Int32(k), idv[k], bid))
                                 bsc = Float64(cutlass.select_(slot == Int32(k), scv[k], bsc))
                             o_bid[row] = bid
-                            o_bsc[row] = bsc
+                            o_bsc[row] = Float64(
+                                cutlass.select_(bsc == bsc, bsc, Float64(float("nan")))
+                            )
                     if bad:
                         o_status[0] = Int32(1)
                 elif reset != Int32(0):

@@ -26,6 +26,16 @@ def _f32(v: float, device: torch.device) -> torch.Tensor:
     return torch.full((), v, dtype=torch.float32, device=device)
 
 
+def canonical_nan(v: torch.Tensor) -> torch.Tensor:
+    """``v`` with every NaN replaced by the canonical quiet NaN (sign 0, quiet bit only).
+
+    Staged scores and the ``bad_score`` diagnostic carry NaN bits that do not depend on
+    the path: a cast keeps or drops NaN payload bits differently on CPU, in torch's CUDA
+    casts and in the kernels' conversions, so both paths canonicalize.
+    """
+    return torch.where(v.isnan(), torch.full_like(v, float("nan")), v)
+
+
 # ---------------------------------------------------------------- element casts
 
 
@@ -231,7 +241,7 @@ def stage_routes_into(
     masked = ids64 == c.MASKED_ID
     lr = live_rows(r, live, dev).unsqueeze(1)
     sid = torch.where(lr, ids64.to(torch.int32), torch.full_like(ids64, -1, dtype=torch.int32))
-    sc = torch.where(lr & ~masked, weights.to(torch.float32),
+    sc = torch.where(lr & ~masked, canonical_nan(weights.to(torch.float32)),
                      torch.zeros((), dtype=torch.float32, device=dev))
     if check:
         code = route_codes(ids, weights, num_experts)
@@ -247,7 +257,7 @@ def stage_routes_into(
         slot = torch.where(slot_ok, (code.to(torch.int64) - 1) // c.RULES_PER_SLOT, 0)
         slot = slot.unsqueeze(1)
         bid = ids64.gather(1, slot).squeeze(1)
-        bsc = weights.to(torch.float64).gather(1, slot).squeeze(1)
+        bsc = canonical_nan(weights.to(torch.float64).gather(1, slot).squeeze(1))
         old = row_code[:r]
         keep = torch.zeros_like(code, dtype=torch.bool) if reset else old != 0
         row_code[:r] = torch.where(keep, old, code)

@@ -174,8 +174,16 @@ def run_gate(python: str, root: Path, dump_dir: Path, timeout_s: float = 900) ->
 
 
 def main(argv: list[str]) -> int:
-    dump_dir = Path(argv[0])
+    dump_dir = Path(argv[0]).resolve()
     dump_dir.mkdir(parents=True, exist_ok=True)
+    env = gate_environment(dump_dir)
+    if any(os.environ.get(k) != env[k] for k in ("CUTE_DSL_ARCH", "CUTE_DSL_KEEP_CUBIN",
+                                                 "CUTE_DSL_DUMP_DIR")):
+        # started by hand without the gate's environment: the DSL reads it once, at
+        # import, so start again with it (``run_gate`` sets it up front)
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "tests.harness.compile_gate",
+                                   str(dump_dir)], env)
     ok = True
     for name, build in gate_builders().items():
         result = compile_one(name, build, dump_dir)

@@ -175,3 +175,33 @@ def test_plot_renders_report_and_plots_of_a_record_elsewhere(monkeypatch, tmp_pa
         "test-fair2.md", "test-fair2_ceilings.png", "test-fair2_samples.png",
     ]
     assert (tmp_path / "plots" / "test-fair2.md").read_text() == (tmp_path / "run" / "test-fair2.md").read_text()
+
+
+def test_case_globs_select_cases_and_a_glob_matching_nothing_is_a_usage_error(
+    tiny, tmp_path: Path, capsys,  # type: ignore[no-untyped-def]
+) -> None:
+    assert [c.name for c in tiny.cases_for(False, ["b*"])] == ["big"]
+    assert [c.name for c in tiny.cases_for(False, ["4k", "big"])] == ["4k", "big"]
+    assert [c.name for c in tiny.cases_for(True, ["4*"])] == ["4k"]
+    with pytest.raises(ValueError, match="'nope' matches none"):
+        tiny.cases_for(False, ["4k", "nope"])
+    with pytest.raises(ValueError, match="matches none"):  # quick drops "big"
+        tiny.cases_for(True, ["big"])
+    assert cli.main(["test-tiny-copy", "--device", "cpu", "--case", "zzz"]) == 2
+    assert "'zzz' matches none" in capsys.readouterr().err
+
+
+def test_staging_benchmark_declares_the_issue_grid() -> None:
+    """Issue 6: H in {4096, 7168}, T in {1..16384}, K in {4, 8}, for every staging kernel,
+    against the Torch path and a copy of the same bytes."""
+    staging = get_benchmark("staging")
+    assert [b.name for b in staging.baselines] == ["torch", "copy"]
+    shapes = {(c.scenario, c.shape["hidden"], c.shape["tokens"], c.shape["top_k"])
+              for c in staging.cases}
+    formats = {c.scenario for c in staging.cases}
+    assert formats == {"bf16", "mxfp8", "mxfp8-pre", "nvfp4", "nvfp4-pre", "safefp8"}
+    for f in formats:
+        for h in (4096, 7168):
+            for t in (1, 4, 16, 128, 1024, 4096, 16384):
+                for k in (4, 8):
+                    assert (f, h, t, k) in shapes

@@ -26,6 +26,7 @@ from tests.single.test_staging_helpers import (
     make_hidden,
     make_routes,
     mismatches,
+    noncanonical_nans,
     oracle_stage,
     snapshot,
     unchanged,
@@ -479,3 +480,40 @@ def test_bad_id_and_score_are_written_only_for_bad_rows():
     assert torch.equal(ws.view("bad_id"), expect)
     assert torch.equal(ws.view("bad_score").view(torch.int64)[torch.arange(8) != 4],
                        pattern[:7])
+
+
+def _stage_noncanonical_nans(score_dtype, check, monkeypatch):
+    """Stage NaN scores with non-canonical bits; return (scores[:, 0], bad_score) bits."""
+    nans = noncanonical_nans(score_dtype)
+    t = nans.shape[0]
+    ids = torch.tensor([[0, 1], [2, 3], [1, 0]], dtype=torch.int64)
+    w = torch.stack([nans, torch.full_like(nans, 0.5)], dim=1)
+    ws = _ws(StageFormat("bf16"), c=8, k=2, check=check, monkeypatch=monkeypatch)
+    x = make_hidden(torch.Generator().manual_seed(5), t, 64)
+    if check:
+        with pytest.raises(RouteError):
+            stage(ws, x, ids, w, num_experts=4)
+    else:
+        stage(ws, x, ids, w, num_experts=4)
+    return (ws.scores[:t, 0].view(torch.int32).tolist(),
+            ws.view("bad_score")[:t].view(torch.int64).tolist())
+
+
+@pytest.mark.parametrize("score_dtype", SCORE_DTYPES)
+@pytest.mark.parametrize("check", [True, False])
+def test_torch_path_stages_nan_scores_as_the_canonical_nan(monkeypatch, score_dtype, check):
+    """Staged NaN scores and the bad_score diagnostic hold the canonical quiet NaN whatever
+    the caller's NaN bits (the kernels do the same: tests/single)."""
+    scores, bad = _stage_noncanonical_nans(score_dtype, check, monkeypatch)
+    assert scores == [0x7FC00000] * 3
+    if check:
+        assert bad == [0x7FF8000000000000] * 3
+
+
+def test_planted_bug_nan_payload_passed_through_is_caught(monkeypatch):
+    """A path that casts NaN scores without canonicalizing them must fail the check."""
+    monkeypatch.setattr(tp, "canonical_nan", lambda v: v)
+    scores, bad = _stage_noncanonical_nans(torch.float32, True, monkeypatch)
+    assert bad != [0x7FF8000000000000] * 3
+    scores, _ = _stage_noncanonical_nans(torch.float32, False, monkeypatch)
+    assert scores != [0x7FC00000] * 3

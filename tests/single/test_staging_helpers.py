@@ -199,3 +199,14 @@ def unchanged(before: list[torch.Tensor], *tensors: torch.Tensor) -> bool:
     return len(before) == len(after) and all(
         torch.equal(a, b) for a, b in zip(before, after, strict=True)
     )
+
+
+def noncanonical_nans(dtype: torch.dtype) -> torch.Tensor:
+    """NaNs with non-canonical bits (sign set, payload bits) in ``dtype``."""
+    bits = {
+        torch.float16: (torch.int16, [0xFE01 - 2**16, 0x7C01, 0x7E55]),
+        torch.bfloat16: (torch.int16, [0xFFC1 - 2**16, 0x7F81, 0x7FA5]),
+        torch.float32: (torch.int32, [0xFFC00001 - 2**32, 0x7F800001, 0x7FA5A5A5]),
+        torch.float64: (torch.int64, [-1, 0x7FF0000000000001, 0x7FF8DEADBEEF0000]),
+    }[dtype]
+    return torch.tensor(bits[1], dtype=bits[0]).view(dtype)

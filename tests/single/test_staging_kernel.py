@@ -22,6 +22,7 @@ from tests.single.test_staging_helpers import (
     make_hidden,
     make_routes,
     mismatches,
+    noncanonical_nans,
     oracle_stage,
     snapshot,
     unchanged,
@@ -286,3 +287,51 @@ def test_safe_fp8_kernel_non_finite_row_equals_torch_path(cuda_device):
                         for n in ("ids", "scores", "payload", "scales", "row_code")])
     for a, b in zip(regions[0], regions[1], strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("score_dtype", SCORE_DTYPES)
+@pytest.mark.parametrize("check", [True, False])
+def test_nan_scores_are_staged_as_the_canonical_nan(cuda_device, monkeypatch, score_dtype,
+                                                     check):
+    """Any NaN the kernel writes to ``scores`` / ``bad_score`` is the canonical quiet NaN,
+    whatever the caller's NaN bits, on both paths (the Torch path is the kernel's twin)."""
+    monkeypatch.setenv(ENV_VAR, "1" if check else "0")
+    nans = noncanonical_nans(score_dtype)
+    t, k, e = 3, 2, 4
+    ids = torch.tensor([[0, 1], [2, 3], [1, 0]], dtype=torch.int64, device=cuda_device)
+    w = torch.stack([nans, torch.full_like(nans, 0.5)], dim=1).to(cuda_device)
+    x = make_hidden(torch.Generator().manual_seed(5), t, 64, device=cuda_device)
+    for path in ("kernel", "torch"):
+        ws = _ws(StageFormat("bf16"), 8, k, 64, cuda_device, torch.int64, score_dtype)
+        assert ws.check_routes is check
+        if check:
+            with pytest.raises(RouteError):
+                stage(ws, x, ids, w, num_experts=e, path=path)
+            bad = ws.view("bad_score")[:t].view(torch.int64).cpu()
+            assert bad.tolist() == [0x7FF8000000000000] * t, path
+        else:
+            stage(ws, x, ids, w, num_experts=e, path=path)
+        assert ws.last_path == path
+        staged = ws.scores[:t, 0].view(torch.int32).cpu()
+        assert staged.tolist() == [0x7FC00000] * t, path
+
+
+@pytest.mark.sanitizer
+def test_sanitizer_case_staging_small(cuda_device):
+    """Designated small case of every staging kernel for the compute-sanitizer suite (one
+    process per tool, so one test): per format a clean call, a shrink, then bad routes."""
+    gen = torch.Generator().manual_seed(21)
+    c, k, e, h = 8, 2, 6, 64
+    for fmt in KERNEL_FORMATS:
+        ws = _ws(fmt, c, k, h, cuda_device, torch.int64, torch.float32)
+        for t in (c, 3):
+            hidden, scales = _inputs(gen, fmt, t, h, cuda_device)
+            ids, w = make_routes(gen, t, k, e, device=cuda_device)
+            res = stage(ws, hidden, ids, w, num_experts=e, hidden_scales=scales)
+            assert res.path == "kernel", res.reason
+            exp = oracle_stage(fmt, hidden, ids, w, c, hidden_scales=scales)
+            assert mismatches(ws, exp, t) == [], fmt.key
+        ids[1, 0] = e  # out of range
+        with pytest.raises(RouteError, match="id_out_of_range"):
+            stage(ws, hidden, ids, w, num_experts=e, hidden_scales=scales)
+        assert ws.last_path == "kernel"
