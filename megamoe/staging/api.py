@@ -145,6 +145,28 @@ def ws_dummy_addr(t: torch.Tensor) -> int:
     return 256
 
 
+_VEC_BYTES = 16  # = route_kernel.VEC_ALIGN: the 16-byte vector variants' pointer alignment
+
+
+def _ptr16(cutlass_type, t: torch.Tensor, use: bool):
+    """``t``'s base as a 16-byte aligned pointer when ``use`` (the caller checked the
+    alignment), else an aligned dummy address that the kernel never dereferences."""
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    addr = t.data_ptr() if use and t.numel() > 0 else ws_dummy_addr(t)
+    return make_ptr(cutlass_type, addr, cute.AddressSpace.gmem, assumed_align=_VEC_BYTES)
+
+
+def _rows_vec_aligned(t: torch.Tensor, rows: int) -> bool:
+    """True when every row of ``t`` (``[rows, n]``, last dim contiguous) starts 16-byte
+    aligned: an aligned base and a row stride that is a multiple of 16 bytes."""
+    if rows == 0 or t.numel() == 0:
+        return True
+    es = t.element_size()
+    return t.data_ptr() % _VEC_BYTES == 0 and (t.stride(0) * es) % _VEC_BYTES == 0
+
+
 def _launch_kernel(ws, meta: StageMeta, hidden, ids, w, hidden_scales, global_scale,
                    live_tokens, check, reset, capturing) -> None:
     import cuda.bindings.driver as cuda
@@ -174,26 +196,36 @@ def _launch_kernel(ws, meta: StageMeta, hidden, ids, w, hidden_scales, global_sc
     )
     stream = cuda.CUstream(torch.cuda.current_stream(ws.device).cuda_stream)
     per_block = rk.THREADS * rk.COPY_WORDS_PER_THREAD
+    i16 = cutlass.Int16
+    if ws.fmt.quantizes:
+        # 16-byte vector variant: every hidden row and every payload row 16-byte aligned
+        vec = _rows_vec_aligned(hidden, rows) and ws.payload.data_ptr() % _VEC_BYTES == 0
+        vec_args = (1 if vec else 0, _ptr16(i16, hidden, vec), _ptr16(u8, ws.payload, vec))
     if ws.fmt.kind == "mxfp8":
         ncols = ws.scales.shape[1]
         work = rows * ncols
-        quant_blocks = min(max((work + rk.THREADS - 1) // rk.THREADS, 1), rk.MAX_COPY_BLOCKS)
+        quant_blocks = min(max((work + rk.THREADS - 1) // rk.THREADS, 1), rk.MAX_QUANT_BLOCKS)
         compiled(
             *route_args,
-            _ptr(cutlass.Int16, hidden), hidden.stride(0) if rows > 0 else 0, ws.hidden_size,
-            _ptr(u8, ws.payload), _ptr(u8, ws.scales), ncols,
+            _ptr(i16, hidden), hidden.stride(0) if rows > 0 else 0, ws.hidden_size,
+            _ptr(u8, ws.payload), _ptr(u8, ws.scales), ncols, *vec_args,
             route_blocks, quant_blocks, stream,
         )
         return
     x_s0 = hidden.stride(0) if rows > 0 else 0
     if ws.fmt.kind == "safe_fp8":
-        from megamoe.staging.safe_fp8_kernel import ROWS_PER_BLOCK
+        from megamoe.staging.safe_fp8_kernel import SAFE_MAX_SPLITS, SAFE_THREADS
 
+        n_rows = min(rows, cap)
+        sms = torch.cuda.get_device_properties(ws.device).multi_processor_count
+        splits = max(1, min(SAFE_MAX_SPLITS, sms // max(n_rows, 1)))
+        row_blocks = n_rows * splits
+        tail_blocks = (cap - n_rows + SAFE_THREADS - 1) // SAFE_THREADS
         compiled(
             *route_args,
-            _ptr(cutlass.Int16, hidden), x_s0, ws.hidden_size,
-            _ptr(u8, ws.payload), _ptr(cutlass.Float32, ws.scales),
-            (cap + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK, stream,
+            _ptr(i16, hidden), x_s0, ws.hidden_size,
+            _ptr(u8, ws.payload), _ptr(cutlass.Float32, ws.scales), *vec_args,
+            splits, row_blocks, max(row_blocks + tail_blocks, 1), stream,
         )
         return
     if ws.fmt.kind == "nvfp4":
@@ -201,17 +233,22 @@ def _launch_kernel(ws, meta: StageMeta, hidden, ids, w, hidden_scales, global_sc
 
         nblk = ws.hidden_size // 16
         quant_blocks = min(max((rows * nblk + rk.THREADS - 1) // rk.THREADS, 1),
-                           rk.MAX_COPY_BLOCKS)
+                           rk.MAX_QUANT_BLOCKS)
         compiled(
             *route_args,
-            _ptr(cutlass.Int16, hidden), x_s0, ws.hidden_size,
+            _ptr(i16, hidden), x_s0, ws.hidden_size,
             _ptr(u8, ws.payload), _ptr(u8, ws.scales), f32_bits(float(global_scale)),
-            route_blocks, quant_blocks, stream,
+            *vec_args, route_blocks, quant_blocks, stream,
         )
         return
     hb = hidden.view(torch.uint8) if hidden.dtype != torch.bfloat16 else hidden
     words_per_row = ws.payload[0].numel() * ws.payload.element_size() // 4
     src_row_words = (hidden.stride(0) * hidden.element_size()) // 4 if rows > 0 else 0
+    vec = (
+        words_per_row % rk.VEC_WORDS == 0
+        and _rows_vec_aligned(hb, rows)
+        and ws.payload.data_ptr() % _VEC_BYTES == 0
+    )
     scols_src = scols_dst = 0
     ssrc = ws.view("row_code")  # any valid pointer when there are no scales
     ss0 = ss1 = 0
@@ -220,13 +257,19 @@ def _launch_kernel(ws, meta: StageMeta, hidden, ids, w, hidden_scales, global_sc
         ss0, ss1 = ssrc.stride()
         scols_dst = ws.scales.shape[1]
         scols_src = ws.hidden_size // 32 if ws.fmt.is_mx else ws.hidden_size // 16
-    work = rows * max(words_per_row, scols_dst)
-    copy_blocks = min(max((work + per_block - 1) // per_block, 1), rk.MAX_COPY_BLOCKS)
+    if vec:
+        tiles = rows * -(-(words_per_row // rk.VEC_WORDS) // rk.VEC_TILE)
+        scale_blocks = (rows * scols_dst + per_block - 1) // per_block
+        copy_blocks = min(max(tiles, scale_blocks, 1), rk.MAX_VEC_COPY_BLOCKS)
+    else:
+        work = rows * max(words_per_row, scols_dst)
+        copy_blocks = min(max((work + per_block - 1) // per_block, 1), rk.MAX_COPY_BLOCKS)
     compiled(
         *route_args,
         _ptr(i32, hb), src_row_words, _ptr(i32, ws.payload), words_per_row,
         _ptr(u8, ssrc), ss0, ss1, _ptr(u8, ws.scales if ws.scales is not None else ssrc),
         scols_src, scols_dst,
+        1 if vec else 0, _ptr16(i32, hb, vec), _ptr16(i32, ws.payload, vec),
         route_blocks, copy_blocks,
         stream,
     )

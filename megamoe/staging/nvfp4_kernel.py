@@ -8,6 +8,13 @@ of ``dsl_bits``), ``r = (1 / g) / float32(s)``, ``code = e2m1(clamp(x * r, -6, 6
 ties to the even code and no sign on code 0; two codes per byte, even element in the low
 nibble. A block holding NaN/Inf gets scale byte 0x7F and codes 0. ``g`` arrives as the
 bits of float32(g).
+
+With ``vec != 0`` (the caller checked a 16-byte aligned ``x16_ptr`` and a row stride that
+is a multiple of 8 elements; payload rows are ``H / 2`` bytes apart, a multiple of 8, and
+start 16-byte aligned in the workspace) a thread reads its 16 inputs as two 16-byte
+vectors and writes its 8 payload bytes as one 8-byte vector; otherwise one element per
+access. The arithmetic is the same in both variants. ``x16_ptr`` / ``p16_ptr`` are never
+dereferenced when ``vec == 0``.
 """
 
 from __future__ import annotations
@@ -24,12 +31,14 @@ from megamoe.staging.route_kernel import (
     ID_TYPES,
     SCORE_TYPES,
     THREADS,
+    VEC_ALIGN,
     _ptr,
     make_route_rows,
 )
 from megamoe.staging.safe_fp8_kernel import f32_bits, fsel
 
 BLOCK = 16
+VEC_ELEMS = 8  # bf16 elements per 16-byte vector
 E2M1_THRESHOLDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 
 
@@ -68,6 +77,7 @@ def _make(K: int):
         capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
         x_ptr: cute.Pointer, x_s0: Int32, hidden: Int32,
         p_ptr: cute.Pointer, s_ptr: cute.Pointer, g_bits: Int32,
+        vec: Int32, x16_ptr: cute.Pointer, p16_ptr: cute.Pointer,
         route_blocks: Int32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
@@ -90,6 +100,16 @@ def _make(K: int):
             m_x = cute.make_tensor(x_ptr, cute.make_layout((nrows, hidden), stride=(x_s0, 1)))
             m_p = cute.make_tensor(p_ptr, cute.make_layout((capacity, half), stride=(half, 1)))
             m_s = cute.make_tensor(s_ptr, cute.make_layout((capacity, nblk), stride=(nblk, 1)))
+            v_x = cute.make_tensor(
+                x16_ptr,
+                cute.make_layout((nrows, nblk, BLOCK),
+                                 stride=(cute.assume(x_s0, divby=VEC_ELEMS), BLOCK, 1)),
+            )
+            v_p = cute.make_tensor(
+                p16_ptr,
+                cute.make_layout((capacity, nblk, BLOCK // 2),
+                                 stride=(cute.assume(half, divby=BLOCK // 2), BLOCK // 2, 1)),
+            )
             g = i2f(g_bits)
             inv_g = i2f(Int32(b_one)) / g
             six = i2f(Int32(b_six))
@@ -101,10 +121,16 @@ def _make(K: int):
                 r = i // nblk
                 j = i - r * nblk
                 base = j * BLOCK
+                xf = cute.make_rmem_tensor(cute.make_layout(BLOCK), Int16)
+                if vec != Int32(0):
+                    xf.store(v_x[r, j, None].load())
+                else:
+                    for q in cutlass.range_constexpr(BLOCK):
+                        xf[q] = m_x[r, base + q]
                 bits = []
                 amax_b = Int32(0)
                 for q in cutlass.range_constexpr(BLOCK):
-                    b = (Int32(m_x[r, base + q]) & 0xFFFF) << 16
+                    b = (Int32(xf[q]) & 0xFFFF) << 16
                     bits.append(b)
                     amax_b = cutlass.max(amax_b, b & 0x7FFFFFFF)
                 bad = amax_b >= Int32(0x7F800000)
@@ -114,13 +140,19 @@ def _make(K: int):
                 scode = sat_e4m3(p)
                 s32 = i2f((((scode >> 3) + 120) << 23) | ((scode & 7) << 20))
                 rr = inv_g / s32
+                pf = cute.make_rmem_tensor(cute.make_layout(BLOCK // 2), Uint8)
                 for q in cutlass.range_constexpr(BLOCK // 2):
                     v0 = i2f(bits[2 * q]) * rr
                     v1 = i2f(bits[2 * q + 1]) * rr
                     v0 = fsel(v0 > six, six, fsel(v0 < -six, -six, v0))
                     v1 = fsel(v1 > six, six, fsel(v1 < -six, -six, v1))
                     byte = e2m1_code(v0) | (e2m1_code(v1) << 4)
-                    m_p[r, j * (BLOCK // 2) + q] = Uint8(sel(bad, 0, byte))
+                    pf[q] = Uint8(sel(bad, 0, byte))
+                if vec != Int32(0):
+                    v_p[r, j, None].store(pf.load())
+                else:
+                    for q in cutlass.range_constexpr(BLOCK // 2):
+                        m_p[r, j * (BLOCK // 2) + q] = pf[q]
                 m_s[r, j] = Uint8(sel(bad, 0x7F, scode))
 
     @cute.jit
@@ -133,6 +165,7 @@ def _make(K: int):
         capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
         x_ptr: cute.Pointer, x_s0: Int32, hidden: Int32,
         p_ptr: cute.Pointer, s_ptr: cute.Pointer, g_bits: Int32,
+        vec: Int32, x16_ptr: cute.Pointer, p16_ptr: cute.Pointer,
         route_blocks: Int32, quant_blocks: Int32,
         stream: cuda.CUstream,
     ):
@@ -140,7 +173,7 @@ def _make(K: int):
             ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1, rows, live_host, use_dev_live, live_ptr,
             out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
             capacity, num_experts, check, reset,
-            x_ptr, x_s0, hidden, p_ptr, s_ptr, g_bits, route_blocks,
+            x_ptr, x_s0, hidden, p_ptr, s_ptr, g_bits, vec, x16_ptr, p16_ptr, route_blocks,
         ).launch(grid=[route_blocks + quant_blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
 
     return nvfp4_stage_launch
@@ -157,6 +190,7 @@ def compile_nvfp4_stage(top_k: int, id_dtype: str, score_dtype: str):
         _ptr(Int32), _ptr(Float32), _ptr(Int32), _ptr(Int64), _ptr(Float64), _ptr(Int32),
         i0, i0, i0, i0,
         _ptr(Int16), i0, i0, _ptr(Uint8), _ptr(Uint8), i0,
+        i0, _ptr(Int16, align=VEC_ALIGN), _ptr(Uint8, align=VEC_ALIGN),
         i0, i0,
         cuda.CUstream(0),
     )

@@ -21,7 +21,13 @@ clamped to ``[0, rows]`` under graphs):
 
 Copy part: ``words_per_row`` int32 words of each live payload row (caller row stride in
 words, last dim contiguous), then the scale bytes of each live row (any strides; padding
-columns ``[scols_src, scols_dst)`` written as zero).
+columns ``[scols_src, scols_dst)`` written as zero). With ``vec != 0`` (the caller checked
+that both row bases are 16-byte aligned: 16-byte aligned ``src16_ptr`` / ``dst16_ptr`` and
+row strides that are multiples of ``VEC_WORDS`` words) the payload moves in 16-byte
+vectors: each copy block takes tiles of one row of ``THREADS * COPY_UNROLL`` vectors,
+issuing all ``COPY_UNROLL`` loads of a thread before its stores; otherwise (and for the
+scale bytes) one word / byte per thread and step. ``src16_ptr`` / ``dst16_ptr`` are never
+dereferenced when ``vec == 0``.
 
 No device asserts, no atomics: each row is owned by one thread; the status word is only
 ever set to the same value 1 by the threads that find a bad row.
@@ -40,6 +46,11 @@ from megamoe.kernel_registry import register_kernel
 THREADS = 128
 COPY_WORDS_PER_THREAD = 4
 MAX_COPY_BLOCKS = 1056
+VEC_WORDS = 4  # one 16-byte vector
+COPY_UNROLL = 8  # vectors per thread per tile (loads in flight)
+VEC_TILE = THREADS * COPY_UNROLL  # vectors per tile (one row segment)
+MAX_VEC_COPY_BLOCKS = 8192
+MAX_QUANT_BLOCKS = 1 << 16  # quantizing kernels: one work item per thread up to this grid
 _BIG = 1 << 30
 
 
@@ -153,6 +164,7 @@ def _make(K: int):
         src_ptr: cute.Pointer, src_row_words: Int32, dst_ptr: cute.Pointer, words_per_row: Int32,
         ssrc_ptr: cute.Pointer, ss0: Int32, ss1: Int32, sdst_ptr: cute.Pointer,
         scols_src: Int32, scols_dst: Int32,
+        vec: Int32, src16_ptr: cute.Pointer, dst16_ptr: cute.Pointer,
         route_blocks: Int32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
@@ -172,9 +184,40 @@ def _make(K: int):
                 capacity, num_experts, check, reset, Int32(0),
             )
         else:
-            start = (bidx - route_blocks) * THREADS + tidx
-            stride = (gdim - route_blocks) * THREADS
-            if words_per_row > Int32(0):
+            cb = bidx - route_blocks
+            ncb = gdim - route_blocks
+            start = cb * THREADS + tidx
+            stride = ncb * THREADS
+            if (words_per_row > Int32(0)) & (vec != Int32(0)):
+                nch = words_per_row // VEC_WORDS
+                tpr = (nch + (VEC_TILE - 1)) // VEC_TILE
+                v_src = cute.make_tensor(
+                    src16_ptr,
+                    cute.make_layout(
+                        (nrows, nch, VEC_WORDS),
+                        stride=(cute.assume(src_row_words, divby=VEC_WORDS), VEC_WORDS, 1),
+                    ),
+                )
+                v_dst = cute.make_tensor(
+                    dst16_ptr,
+                    cute.make_layout(
+                        (capacity, nch, VEC_WORDS),
+                        stride=(cute.assume(words_per_row, divby=VEC_WORDS), VEC_WORDS, 1),
+                    ),
+                )
+                for tile in range(cb, live * tpr, ncb):
+                    r = tile // tpr
+                    c0 = (tile - r * tpr) * VEC_TILE + tidx
+                    frags = []
+                    for _u in cutlass.range_constexpr(COPY_UNROLL):
+                        frags.append(cute.make_rmem_tensor(cute.make_layout(VEC_WORDS), Int32))
+                    for u in cutlass.range_constexpr(COPY_UNROLL):
+                        if c0 + u * THREADS < nch:
+                            frags[u].store(v_src[r, c0 + u * THREADS, None].load())
+                    for u in cutlass.range_constexpr(COPY_UNROLL):
+                        if c0 + u * THREADS < nch:
+                            v_dst[r, c0 + u * THREADS, None].store(frags[u].load())
+            if (words_per_row > Int32(0)) & (vec == Int32(0)):
                 m_src = cute.make_tensor(
                     src_ptr, cute.make_layout((nrows, words_per_row), stride=(src_row_words, 1))
                 )
@@ -215,6 +258,7 @@ def _make(K: int):
         src_ptr: cute.Pointer, src_row_words: Int32, dst_ptr: cute.Pointer, words_per_row: Int32,
         ssrc_ptr: cute.Pointer, ss0: Int32, ss1: Int32, sdst_ptr: cute.Pointer,
         scols_src: Int32, scols_dst: Int32,
+        vec: Int32, src16_ptr: cute.Pointer, dst16_ptr: cute.Pointer,
         route_blocks: Int32, copy_blocks: Int32,
         stream: cuda.CUstream,
     ):
@@ -223,7 +267,8 @@ def _make(K: int):
             out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
             capacity, num_experts, check, reset,
             src_ptr, src_row_words, dst_ptr, words_per_row,
-            ssrc_ptr, ss0, ss1, sdst_ptr, scols_src, scols_dst, route_blocks,
+            ssrc_ptr, ss0, ss1, sdst_ptr, scols_src, scols_dst,
+            vec, src16_ptr, dst16_ptr, route_blocks,
         ).launch(grid=[route_blocks + copy_blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
 
     return route_stage_launch
@@ -237,8 +282,12 @@ SCORE_TYPES = {
 _FAKE_ADDR = 1 << 20
 
 
-def _ptr(dtype, addr: int = _FAKE_ADDR):
-    return make_ptr(dtype, addr, cute.AddressSpace.gmem, assumed_align=dtype.width // 8)
+VEC_ALIGN = 16  # bytes: the alignment the 16-byte vector pointers assume
+
+
+def _ptr(dtype, addr: int = _FAKE_ADDR, align: int | None = None):
+    return make_ptr(dtype, addr, cute.AddressSpace.gmem,
+                    assumed_align=align if align is not None else dtype.width // 8)
 
 
 def compile_route_stage(top_k: int, id_dtype: str, score_dtype: str):
@@ -254,6 +303,7 @@ def compile_route_stage(top_k: int, id_dtype: str, score_dtype: str):
         i0, i0, i0, i0,
         _ptr(Int32), i0, _ptr(Int32), i0,
         _ptr(Uint8), i0, i0, _ptr(Uint8), i0, i0,
+        i0, _ptr(Int32, align=VEC_ALIGN), _ptr(Int32, align=VEC_ALIGN),
         i0, i0,
         cuda.CUstream(0),
     )

@@ -2,14 +2,30 @@
 quantizer) fused with route staging and the route value checks, one CuTe DSL launch
 (CONTRACTS s2-s4).
 
-One warp per capacity row. Live rows: the lanes take the row's float32 ``amax`` (largest
-``bits & 0x7FFFFFFF``, exact for bf16; NaN/Inf detected by the same bits), reduce it over
-the warp, compute ``d`` by the tiny / normal path of CONTRACTS s4 with one IEEE float32
-operation per step (constants are float32 bit patterns), write the E4M3 payload
-(``sat_cast(x * q)`` on the tiny path, ``sat_cast(x / d)`` otherwise) and the 4-lane
-float32 scale wire. A row holding NaN/Inf gets ``d = NaN``, an all-0x7F payload and (checks
-on) the row failure ``non_finite_input``. Lane 0 then stages the row's routes (kernel A's
-route code), merging that failure, so rows ``[T, C)`` are rewritten too.
+Grid: ``splits`` row blocks of ``SAFE_THREADS`` threads per input row ``r < rows`` (the host
+row count, capped at ``C``), then ``ceil((C - rows) / SAFE_THREADS)`` route blocks, one
+thread per capacity row ``[rows, C)`` (all dead: ``live <= rows``). Live row ``r``: each row
+block takes the largest ``bits & 0x7FFFFFFF`` of the whole row (exact for bf16; NaN/Inf
+detected by the same bits; each thread over its elements, then the warp by shuffles, then
+the block through one shared word per warp), so every block of the row has the same
+float32 ``amax``; every thread then computes ``d`` by the tiny / normal path of CONTRACTS
+s4 with one IEEE float32 operation per step (constants are float32 bit patterns) and
+writes the E4M3 payload of its elements of the block's ``1 / splits`` slice of the row
+(``sat_cast(x * q)`` on the tiny path, ``sat_cast(x / d)`` otherwise, the division an IEEE
+float32 division). Block 0 of the row writes the 4-lane float32 scale wire. A row holding
+NaN/Inf gets ``d = NaN``, an all-0x7F payload and (checks on) the row failure
+``non_finite_input``. Once ``amax`` is known, one thread of block 0 stages the row's routes
+(kernel A's route code), merging that failure, while the others write the payload; rows
+``[T, C)`` are rewritten too. ``splits > 1`` spreads
+a few rows over more multiprocessors (each block re-reads the row for ``amax``).
+
+Element access: with ``vec != 0`` (the caller checked a 16-byte aligned ``x16_ptr`` and a
+row stride that is a multiple of 8 elements; payload rows, ``H`` bytes apart with
+``H % 32 == 0``, start 16-byte aligned in the workspace) a thread handles 8-element
+chunks ``tidx + k * SAFE_THREADS``, ``SAFE_UNROLL`` 16-byte loads in flight, writing 8
+payload bytes per chunk as one vector; otherwise one element per access. The arithmetic
+is the same either way (the max reduction is order independent). ``x16_ptr`` /
+``p16_ptr`` are never dereferenced when ``vec == 0``.
 """
 
 from __future__ import annotations
@@ -19,15 +35,28 @@ import struct
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
+import cutlass.utils as cutlass_utils
 from cutlass import Float32, Float64, Int16, Int32, Int64, Uint8
 
 from megamoe.kernel_registry import register_kernel
 from megamoe.staging import constants as c
 from megamoe.staging.dsl_bits import i2f, make_sat_fp8, sel
-from megamoe.staging.route_kernel import ID_TYPES, SCORE_TYPES, THREADS, _ptr, make_route_rows
+from megamoe.staging.route_kernel import (
+    ID_TYPES,
+    SCORE_TYPES,
+    VEC_ALIGN,
+    _ptr,
+    make_route_rows,
+)
 
 WARP = 32
-ROWS_PER_BLOCK = THREADS // WARP
+SAFE_THREADS = 256  # threads per row block (and per route block)
+SAFE_WARPS = SAFE_THREADS // WARP
+SAFE_UNROLL = 4  # 16-byte chunks per thread per step (loads in flight)
+VEC_ELEMS = 8  # bf16 elements per 16-byte vector
+SMEM_BYTES = 4 * SAFE_WARPS
+SAFE_MAX_SPLITS = 8  # most row blocks per row (few-row calls)
+ROUTE_THREAD = SAFE_THREADS - 1  # stages the row's routes (the last warp has the least payload)
 
 
 def f32_bits(v: float) -> int:
@@ -61,6 +90,8 @@ def _make(K: int):
         capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
         x_ptr: cute.Pointer, x_s0: Int32, hidden: Int32,
         p_ptr: cute.Pointer, d_ptr: cute.Pointer,
+        vec: Int32, x16_ptr: cute.Pointer, p16_ptr: cute.Pointer,
+        splits: Int32, row_blocks: Int32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -69,21 +100,61 @@ def _make(K: int):
         live = live_host
         if use_dev_live != Int32(0):
             live = cutlass.min(cutlass.max(m_live[0], Int32(0)), rows)
+        smem = cutlass_utils.SmemAllocator()
+        red = smem.allocate_tensor(Int32, cute.make_layout(SAFE_WARPS), 16)
         lane = tidx % WARP
-        row = bidx * ROWS_PER_BLOCK + tidx // WARP
-        if row < capacity:
+        warp = tidx // WARP
+        if bidx < row_blocks:
+            row = bidx // splits
+            part = bidx - row * splits
+            m_x = cute.make_tensor(x_ptr, cute.make_layout((nrows, hidden), stride=(x_s0, 1)))
+            m_p = cute.make_tensor(p_ptr, cute.make_layout((capacity, hidden), stride=(hidden, 1)))
+            m_d = cute.make_tensor(d_ptr, cute.make_layout((capacity, 4), stride=(4, 1)))
+            nch = hidden // VEC_ELEMS
+            cps = (nch + splits - 1) // splits
+            lo = part * cps
+            hi = cutlass.min(lo + cps, nch)
+            v_x = cute.make_tensor(
+                x16_ptr,
+                cute.make_layout((nrows, nch, VEC_ELEMS),
+                                 stride=(cute.assume(x_s0, divby=VEC_ELEMS), VEC_ELEMS, 1)),
+            )
+            v_p = cute.make_tensor(
+                p16_ptr,
+                cute.make_layout((capacity, nch, VEC_ELEMS),
+                                 stride=(cute.assume(hidden, divby=VEC_ELEMS), VEC_ELEMS, 1)),
+            )
             extra = Int32(0)
+            bad_i = Int32(0)
+            tiny_i = Int32(0)
+            q = Float32(0.0)
+            d = Float32(0.0)
             if row < live:
-                m_x = cute.make_tensor(x_ptr, cute.make_layout((nrows, hidden), stride=(x_s0, 1)))
-                m_p = cute.make_tensor(
-                    p_ptr, cute.make_layout((capacity, hidden), stride=(hidden, 1))
-                )
-                m_d = cute.make_tensor(d_ptr, cute.make_layout((capacity, 4), stride=(4, 1)))
                 amax_b = Int32(0)
-                for i in range(lane, hidden, WARP):
-                    b = (Int32(m_x[row, i]) & 0xFFFF) << 16
-                    amax_b = cutlass.max(amax_b, b & 0x7FFFFFFF)
+                if vec != Int32(0):
+                    for c0 in range(tidx, nch, SAFE_THREADS * SAFE_UNROLL):
+                        frags = []
+                        for u in cutlass.range_constexpr(SAFE_UNROLL):
+                            f = cute.make_rmem_tensor(cute.make_layout(VEC_ELEMS), Int16)
+                            f.fill(0)
+                            if c0 + u * SAFE_THREADS < nch:
+                                f.store(v_x[row, c0 + u * SAFE_THREADS, None].load())
+                            frags.append(f)
+                        for u in cutlass.range_constexpr(SAFE_UNROLL):
+                            for e in cutlass.range_constexpr(VEC_ELEMS):
+                                b = (Int32(frags[u][e]) & 0xFFFF) << 16
+                                amax_b = cutlass.max(amax_b, b & 0x7FFFFFFF)
+                else:
+                    for i in range(tidx, hidden, SAFE_THREADS):
+                        b = (Int32(m_x[row, i]) & 0xFFFF) << 16
+                        amax_b = cutlass.max(amax_b, b & 0x7FFFFFFF)
                 amax_b = cute.arch.warp_reduction_max(amax_b)
+                if lane == Int32(0):
+                    red[warp] = amax_b
+                cute.arch.sync_threads()
+                amax_b = red[0]
+                for w in cutlass.range_constexpr(1, SAFE_WARPS):
+                    amax_b = cutlass.max(amax_b, red[w])
                 bad = amax_b >= Int32(0x7F800000)
                 amax = i2f(amax_b)
                 tiny = (amax_b > Int32(0)) & (amax < i2f(Int32(b_tiny)))
@@ -97,19 +168,50 @@ def _make(K: int):
                 d_norm = fsel(prod > zero_d, prod, zero_d)
                 d = fsel(tiny, d_tiny, d_norm)
                 d = fsel(bad, i2f(Int32(b_nan)), d)
-                for i in range(lane, hidden, WARP):
-                    x = i2f((Int32(m_x[row, i]) & 0xFFFF) << 16)
-                    v = fsel(tiny, x * q, x / d)
-                    m_p[row, i] = Uint8(sel(bad, 0x7F, sat_e4m3(v)))
-                if lane < Int32(4):
-                    m_d[row, lane] = d
+                bad_i = sel(bad, 1, 0)
+                tiny_i = sel(tiny, 1, 0)
                 extra = sel(bad, c.ROW_CODE_NON_FINITE_INPUT, 0)
-            if lane == Int32(0):
+            # the row's routes (its failure code is known): one thread, while the others
+            # write the payload
+            if (part == Int32(0)) & (tidx == Int32(ROUTE_THREAD)):
                 route_rows(
                     row, live, nrows, ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1,
                     out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
                     capacity, num_experts, check, reset, extra,
                 )
+            if row < live:
+                bad = bad_i != Int32(0)
+                tiny = tiny_i != Int32(0)
+                if vec != Int32(0):
+                    for c0 in range(lo + tidx, hi, SAFE_THREADS * SAFE_UNROLL):
+                        frags = []
+                        for u in cutlass.range_constexpr(SAFE_UNROLL):
+                            f = cute.make_rmem_tensor(cute.make_layout(VEC_ELEMS), Int16)
+                            if c0 + u * SAFE_THREADS < hi:
+                                f.store(v_x[row, c0 + u * SAFE_THREADS, None].load())
+                            frags.append(f)
+                        for u in cutlass.range_constexpr(SAFE_UNROLL):
+                            if c0 + u * SAFE_THREADS < hi:
+                                pf = cute.make_rmem_tensor(cute.make_layout(VEC_ELEMS), Uint8)
+                                for e in cutlass.range_constexpr(VEC_ELEMS):
+                                    x = i2f((Int32(frags[u][e]) & 0xFFFF) << 16)
+                                    v = fsel(tiny, x * q, x / d)
+                                    pf[e] = Uint8(sel(bad, 0x7F, sat_e4m3(v)))
+                                v_p[row, c0 + u * SAFE_THREADS, None].store(pf.load())
+                else:
+                    for i in range(lo * VEC_ELEMS + tidx, hi * VEC_ELEMS, SAFE_THREADS):
+                        x = i2f((Int32(m_x[row, i]) & 0xFFFF) << 16)
+                        v = fsel(tiny, x * q, x / d)
+                        m_p[row, i] = Uint8(sel(bad, 0x7F, sat_e4m3(v)))
+                if (part == Int32(0)) & (tidx < Int32(4)):
+                    m_d[row, tidx] = d
+        else:
+            route_rows(
+                row_blocks // splits + (bidx - row_blocks) * SAFE_THREADS + tidx, live, nrows,
+                ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1,
+                out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
+                capacity, num_experts, check, reset, Int32(0),
+            )
 
     @cute.jit
     def safe_fp8_stage_launch(
@@ -121,14 +223,17 @@ def _make(K: int):
         capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
         x_ptr: cute.Pointer, x_s0: Int32, hidden: Int32,
         p_ptr: cute.Pointer, d_ptr: cute.Pointer,
-        blocks: Int32,
+        vec: Int32, x16_ptr: cute.Pointer, p16_ptr: cute.Pointer,
+        splits: Int32, row_blocks: Int32, blocks: Int32,
         stream: cuda.CUstream,
     ):
         _safe_fp8_stage_kernel(
             ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1, rows, live_host, use_dev_live, live_ptr,
             out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
             capacity, num_experts, check, reset, x_ptr, x_s0, hidden, p_ptr, d_ptr,
-        ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+            vec, x16_ptr, p16_ptr, splits, row_blocks,
+        ).launch(grid=[blocks, 1, 1], block=[SAFE_THREADS, 1, 1], smem=SMEM_BYTES,
+                 stream=stream)
 
     return safe_fp8_stage_launch
 
@@ -144,7 +249,8 @@ def compile_safe_fp8_stage(top_k: int, id_dtype: str, score_dtype: str):
         _ptr(Int32), _ptr(Float32), _ptr(Int32), _ptr(Int64), _ptr(Float64), _ptr(Int32),
         i0, i0, i0, i0,
         _ptr(Int16), i0, i0, _ptr(Uint8), _ptr(Float32),
-        i0,
+        i0, _ptr(Int16, align=VEC_ALIGN), _ptr(Uint8, align=VEC_ALIGN),
+        i0, i0, i0,
         cuda.CUstream(0),
     )
 

@@ -335,3 +335,25 @@ def test_sanitizer_case_staging_small(cuda_device):
         with pytest.raises(RouteError, match="id_out_of_range"):
             stage(ws, hidden, ids, w, num_experts=e, hidden_scales=scales)
         assert ws.last_path == "kernel"
+
+
+@pytest.mark.parametrize("fmt", KERNEL_FORMATS, ids=lambda f: f.key)
+def test_hidden_rows_not_16_byte_aligned_take_the_element_variant_and_match(cuda_device, fmt):
+    """The kernels pick 16-byte vector loads only for 16-byte aligned hidden rows; rows
+    offset by 4 bytes (copy formats, the least the copy accepts) or one element (quantizing
+    formats) run the per-element variant of the same kernel, with the same bytes."""
+    gen = torch.Generator().manual_seed(31)
+    t, c, h, k, e = 37, 64, 1024, 4, 16
+    ws = _ws(fmt, c, k, h, cuda_device, torch.int64, torch.float32)
+    hidden, scales = _inputs(gen, fmt, t, h, cuda_device)
+    shift = 1 if fmt.quantizes else 4 // hidden.element_size()
+    buf = torch.zeros(hidden.numel() + 16, dtype=hidden.dtype, device=cuda_device)
+    moved = buf[shift : shift + hidden.numel()].view(hidden.shape)
+    moved.copy_(hidden)
+    assert moved.data_ptr() % 16 != 0
+    ids, w = make_routes(gen, t, k, e, device=cuda_device)
+    fill_guards(ws)
+    res = stage(ws, moved, ids, w, num_experts=e, hidden_scales=scales)
+    assert res.path == "kernel", res.reason
+    assert mismatches(ws, oracle_stage(fmt, hidden, ids, w, c, hidden_scales=scales), t) == []
+    assert guards_intact(ws)

@@ -1,0 +1,317 @@
+"""Host API of the grouped expert GEMM (CONTRACTS.md s5, s8, s9).
+
+``grouped_gemm(a, b, seg_start, counts, out, mode=..., row_scale=None, clamp=None)`` computes,
+for every expert ``e`` and every live row ``r`` of it (``seg_start[e] <= r < seg_start[e] +
+counts[e]``):
+
+- ``mode="swiglu"`` (FC1, s5 steps 1-4): ``h = a[r] @ b[e].T`` in float32 with ``b[e]`` the
+  *interleaved* W13 (``interleave_gate_up``: row ``2j`` = gate_j, row ``2j + 1`` = up_j);
+  optional clamp ``c``: ``gate = min(gate, c)``, ``up = clamp(up, -c, c)``;
+  ``act = up * gate * sigmoid(gate)``; optional ``act *= row_scale[r]``; ``out[r] = bf16(act)``
+  (``out`` is ``[M_cap, N / 2]``);
+- ``mode="plain"`` (FC2, s5 steps 5-7): ``h = a[r] @ b[e].T``; optional ``h *= row_scale[r]``;
+  ``out[r] = bf16(h)`` (``out`` is ``[M_cap, N]``).
+
+Rows of ``out`` outside the live segments are never written. ``seg_start`` (int32 ``[E + 1]``)
+and ``counts`` (int32 ``[E]``) live on the device and are read there: no host sync, so the
+launch is CUDA-graph capturable and a replay with new counts / starts works. Every
+``seg_start[e]`` must be a multiple of ``TILE_M``, nondecreasing, with ``seg_start[e] +
+counts[e] <= seg_start[e + 1]`` and ``seg_start[E] <= M_cap`` (``padded_segment_starts`` makes
+them; ``capacity_rows`` gives the ``M_cap`` that always suffices). The kernel never writes
+outside ``[seg_start[e], min(seg_start[e] + counts[e], seg_start[e + 1], M_cap))``.
+
+Metadata is checked on the host (``ConfigError`` naming argument, expected, actual); values are
+not (they are on the device). ``K`` must be a multiple of ``TILE_K`` (64) and ``N`` of the
+variant's column tile (``default_config(N)``: 256, 192, 128 or 64, the widest that divides N,
+warp-specialized persistent kernels for the first three). Kernels are compiled once per
+(mode, N, K, variant, device) and cached;
+a miss while a CUDA graph is being captured raises ``CompileDuringCaptureError`` (call
+``warmup`` first, CONTRACTS.md s9). ``grouped_gemm_torch`` is the PyTorch path (reads the
+counts on the host: it syncs and is not capturable): the reference of the tests and the
+fallback where the kernel cannot run (non-CUDA tensors, GPUs other than Hopper).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from megamoe.errors import ConfigError
+from megamoe.experts.grouped_gemm_kernel import (
+    MAX_EXPERTS,
+    MODES,
+    TILE_K,
+    TILE_M,
+    TILE_N,
+    KernelConfig,
+    default_config,
+)
+from megamoe.staging.compile_cache import CompileDuringCaptureError
+
+PATH_KERNEL = "kernel"
+PATH_TORCH = "torch"
+_I32_LIMIT = 2**31 - 1
+_HOPPER = (9, 0)
+
+_CACHE: dict[tuple[str, int, int, str, str], object] = {}
+COMPILE_COUNT = {"n": 0}
+
+__all__ = [
+    "PATH_KERNEL",
+    "PATH_TORCH",
+    "CompileDuringCaptureError",
+    "capacity_rows",
+    "grouped_gemm",
+    "grouped_gemm_torch",
+    "interleave_gate_up",
+    "kernel_supported",
+    "padded_segment_starts",
+    "warmup",
+]
+
+
+def interleave_gate_up(w13: torch.Tensor) -> torch.Tensor:
+    """``[E, 2I, H]`` canonical W13 (gate rows, then up rows) -> ``[E, 2I, H]`` with row
+    ``2j`` = gate_j and row ``2j + 1`` = up_j (the ``swiglu`` mode's layout). New tensor."""
+    if w13.dim() != 3 or w13.shape[1] % 2:
+        raise ConfigError("w13", "[E, 2I, H] with an even second dim", tuple(w13.shape))
+    e, two_i, h = w13.shape
+    i = two_i // 2
+    return torch.stack((w13[:, :i], w13[:, i:]), dim=2).reshape(e, two_i, h).contiguous()
+
+
+def padded_segment_starts(counts: torch.Tensor, tile_m: int = TILE_M) -> torch.Tensor:
+    """int32 ``[E + 1]`` exclusive prefix of ``counts`` rounded up to ``tile_m`` per expert.
+
+    Device ops only (no sync): usable under CUDA-graph capture.
+    """
+    if counts.dim() != 1:
+        raise ConfigError("counts", "1-D [E]", tuple(counts.shape))
+    c = counts.to(torch.int64).clamp_min(0)
+    padded = (c + (tile_m - 1)) // tile_m * tile_m
+    out = torch.zeros(counts.numel() + 1, dtype=torch.int32, device=counts.device)
+    out[1:] = torch.cumsum(padded, 0).to(torch.int32)
+    return out
+
+
+def capacity_rows(total_rows: int, num_experts: int, tile_m: int = TILE_M) -> int:
+    """An ``M_cap`` that holds any split of ``total_rows`` over ``num_experts`` padded segments."""
+    need = total_rows + num_experts * (tile_m - 1)
+    return max(tile_m, -(-need // tile_m) * tile_m)
+
+
+def _out_cols(mode: str, n: int) -> int:
+    return n // 2 if mode == "swiglu" else n
+
+
+def _check(a, b, seg_start, counts, out, mode, row_scale, clamp) -> tuple[int, int, int, int]:
+    """Metadata checks (CONTRACTS.md s2 style); returns (M_cap, E, N, K)."""
+    if mode not in MODES:
+        raise ConfigError("mode", f"one of {MODES}", repr(mode))
+    for name, t in (("a", a), ("b", b), ("seg_start", seg_start), ("counts", counts),
+                    ("out", out)):
+        if not isinstance(t, torch.Tensor):
+            raise ConfigError(name, "a torch.Tensor", type(t).__name__)
+    if a.dtype != torch.bfloat16:
+        raise ConfigError("a.dtype", torch.bfloat16, a.dtype)
+    if a.dim() != 2:
+        raise ConfigError("a", "2-D [M_cap, K]", tuple(a.shape))
+    if not a.is_contiguous():
+        raise ConfigError("a", "contiguous", f"strides {a.stride()}")
+    m_cap, k = a.shape
+    if b.dtype != torch.bfloat16:
+        raise ConfigError("b.dtype", torch.bfloat16, b.dtype)
+    if b.dim() != 3:
+        raise ConfigError("b", "3-D [E, N, K]", tuple(b.shape))
+    if not b.is_contiguous():
+        raise ConfigError("b", "contiguous", f"strides {b.stride()}")
+    e, n, kb = b.shape
+    if kb != k:
+        raise ConfigError("b.shape[2]", f"K = a.shape[1] = {k}", kb)
+    if k == 0 or k % TILE_K:
+        raise ConfigError("K (a.shape[1])", f"a positive multiple of TILE_K={TILE_K}", k)
+    if n == 0 or n % TILE_N:
+        raise ConfigError("N (b.shape[1])", f"a positive multiple of TILE_N={TILE_N}", n)
+    if not 1 <= e <= MAX_EXPERTS:
+        raise ConfigError("E (b.shape[0])", f"1 <= E <= {MAX_EXPERTS}", e)
+    if seg_start.dtype != torch.int32 or tuple(seg_start.shape) != (e + 1,):
+        raise ConfigError("seg_start", f"int32 [{e + 1}]",
+                          f"{seg_start.dtype} {tuple(seg_start.shape)}")
+    if counts.dtype != torch.int32 or tuple(counts.shape) != (e,):
+        raise ConfigError("counts", f"int32 [{e}]", f"{counts.dtype} {tuple(counts.shape)}")
+    if not (seg_start.is_contiguous() and counts.is_contiguous()):
+        raise ConfigError("seg_start/counts", "contiguous", "non-contiguous")
+    want = (m_cap, _out_cols(mode, n))
+    if out.dtype != torch.bfloat16 or tuple(out.shape) != want:
+        raise ConfigError("out", f"bfloat16 {want}", f"{out.dtype} {tuple(out.shape)}")
+    if not out.is_contiguous():
+        raise ConfigError("out", "contiguous", f"strides {out.stride()}")
+    if row_scale is not None and (
+        not isinstance(row_scale, torch.Tensor) or row_scale.dtype != torch.float32
+        or tuple(row_scale.shape) != (m_cap,) or not row_scale.is_contiguous()
+    ):
+        got = (f"{row_scale.dtype} {tuple(row_scale.shape)}"
+               if isinstance(row_scale, torch.Tensor) else type(row_scale).__name__)
+        raise ConfigError("row_scale", f"None or contiguous float32 [{m_cap}]", got)
+    if clamp is not None:
+        if mode != "swiglu":
+            raise ConfigError("clamp", "None for mode 'plain'", clamp)
+        if not (isinstance(clamp, int | float) and math.isfinite(clamp) and clamp >= 0):
+            raise ConfigError("clamp", "None or a finite number >= 0", clamp)
+    tensors = [a, b, seg_start, counts, out] + ([row_scale] if row_scale is not None else [])
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        raise ConfigError("devices", "all tensors on one device", sorted(map(str, devices)))
+    if m_cap * k > _I32_LIMIT or m_cap * n > _I32_LIMIT or n * k > _I32_LIMIT:
+        raise ConfigError("sizes", "M_cap*K, M_cap*N and N*K below 2**31",
+                          (m_cap * k, m_cap * n, n * k))
+    return m_cap, e, n, k
+
+
+def grouped_gemm_torch(
+    a: torch.Tensor, b: torch.Tensor, seg_start: torch.Tensor, counts: torch.Tensor,
+    out: torch.Tensor, *, mode: str, row_scale: torch.Tensor | None = None,
+    clamp: float | None = None,
+) -> torch.Tensor:
+    """The PyTorch path: the same contract as ``grouped_gemm`` (float32 products, IEEE float32
+    matmul, float32 epilogue, one bf16 rounding). Reads ``seg_start`` / ``counts`` on the host
+    (a sync: not capturable). Writes the live rows of ``out`` only; returns ``out``."""
+    m_cap, e, _, _ = _check(a, b, seg_start, counts, out, mode, row_scale, clamp)
+    starts = seg_start.tolist()
+    cnts = counts.tolist()
+    backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
+    saved = [bk.fp32_precision for bk in backends]
+    for bk in backends:
+        bk.fp32_precision = "ieee"  # full float32 products and sums (no TF32 / bf16 shortcut)
+    try:
+        for x in range(e):
+            lo = max(starts[x], 0)
+            hi = min(lo + max(cnts[x], 0), starts[x + 1], m_cap)
+            if hi <= lo:
+                continue
+            h = a[lo:hi].float() @ b[x].float().t()
+            if mode == "swiglu":
+                gate, up = h[:, 0::2], h[:, 1::2]
+                if clamp is not None:
+                    c = torch.tensor(float(clamp), dtype=torch.float32, device=h.device)
+                    gate = torch.where(gate > c, c, gate)
+                    up = torch.where(up > c, c, up)
+                    up = torch.where(up < -c, -c, up)
+                h = up * gate * (1.0 / (1.0 + torch.exp(-gate)))
+            if row_scale is not None:
+                h = h * row_scale[lo:hi].unsqueeze(1)
+            out[lo:hi] = h.to(torch.bfloat16)
+    finally:
+        for bk, old in zip(backends, saved, strict=True):
+            bk.fp32_precision = old
+    return out
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def kernel_supported(device: torch.device) -> bool:
+    """Whether the CuTe DSL kernel can run on ``device`` (a Hopper GPU)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) == _HOPPER
+
+
+def _compiled(mode: str, n: int, k: int, device: torch.device,
+              cfg: KernelConfig | None = None):
+    cfg = cfg if cfg is not None else default_config(n)
+    key = (mode, n, k, cfg.name, str(device))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    if _capturing(device):
+        raise CompileDuringCaptureError(
+            f"grouped GEMM (mode={mode!r}, N={n}, K={k}, config {cfg.name}) on {device} is not "
+            "compiled and a CUDA graph is being captured: call "
+            "megamoe.experts.api.warmup(mode, N, K, device) before capture (CONTRACTS.md s9)"
+        )
+    from megamoe.experts.grouped_gemm_kernel import compile_grouped_gemm
+
+    with torch.cuda.device(device):
+        compiled = compile_grouped_gemm(mode, n, k, cfg)
+    COMPILE_COUNT["n"] += 1
+    _CACHE[key] = compiled
+    return compiled
+
+
+def warmup(mode: str, n: int, k: int, device: torch.device | str,
+           config: KernelConfig | None = None) -> None:
+    """Compile the kernel for (mode, N, K, config) on ``device`` ahead of CUDA-graph capture."""
+    if mode not in MODES:
+        raise ConfigError("mode", f"one of {MODES}", repr(mode))
+    if n <= 0 or n % TILE_N:
+        raise ConfigError("N", f"a positive multiple of TILE_N={TILE_N}", n)
+    if k <= 0 or k % TILE_K:
+        raise ConfigError("K", f"a positive multiple of TILE_K={TILE_K}", k)
+    cfg = config if config is not None else default_config(n)
+    if n % cfg.tile_n:
+        raise ConfigError("N", f"a multiple of config.tile_n={cfg.tile_n}", n)
+    _compiled(mode, n, k, torch.device(device), cfg)
+
+
+_SM_COUNT: dict[str, int] = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    key = str(device)
+    if key not in _SM_COUNT:
+        _SM_COUNT[key] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SM_COUNT[key]
+
+
+def _ptr(dtype, t: torch.Tensor, align: int):
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    return make_ptr(dtype, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
+
+
+def grouped_gemm(
+    a: torch.Tensor, b: torch.Tensor, seg_start: torch.Tensor, counts: torch.Tensor,
+    out: torch.Tensor, *, mode: str, row_scale: torch.Tensor | None = None,
+    clamp: float | None = None, config: KernelConfig | None = None,
+    max_ctas: int | None = None,
+) -> str:
+    """Run the grouped GEMM (module docstring); returns the path taken (``"kernel"`` on a
+    Hopper GPU, else ``"torch"``). Never modifies its inputs; writes live rows of ``out``.
+    ``config`` picks a compiled variant (default ``default_config(N)``); ``max_ctas`` caps the
+    grid of the persistent (``ws``) variants (default: the device's SM count)."""
+    m_cap, e, n, k = _check(a, b, seg_start, counts, out, mode, row_scale, clamp)
+    cfg = config if config is not None else default_config(n)
+    if n % cfg.tile_n:
+        raise ConfigError("N (b.shape[1])", f"a multiple of config.tile_n={cfg.tile_n}", n)
+    if max_ctas is not None and not (isinstance(max_ctas, int) and 1 <= max_ctas <= _I32_LIMIT):
+        raise ConfigError("max_ctas", "None or an int >= 1", max_ctas)
+    if not kernel_supported(a.device):
+        if _capturing(a.device):
+            raise ConfigError("device", "a Hopper GPU under CUDA-graph capture",
+                              torch.cuda.get_device_name(a.device))
+        grouped_gemm_torch(a, b, seg_start, counts, out, mode=mode, row_scale=row_scale,
+                           clamp=clamp)
+        return PATH_TORCH
+    for name, t in (("a", a), ("b", b)):
+        if t.data_ptr() % 16:
+            raise ConfigError(f"{name}.data_ptr()", "16-byte aligned (TMA)", t.data_ptr())
+    compiled = _compiled(mode, n, k, a.device, cfg)
+    if m_cap == 0:
+        return PATH_KERNEL
+
+    import cuda.bindings.driver as cuda
+    from cutlass import BFloat16, Float32, Int32
+
+    scale = row_scale if row_scale is not None else counts  # never read when use_scale == 0
+    if max_ctas is None:
+        max_ctas = _sm_count(a.device)
+    stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
+    compiled(
+        _ptr(BFloat16, a, 16), _ptr(BFloat16, b, 16), _ptr(BFloat16, out, 2),
+        _ptr(Int32, seg_start, 4), _ptr(Int32, counts, 4), _ptr(Float32, scale, 4),
+        m_cap, e, 1 if row_scale is not None else 0,
+        math.inf if clamp is None else float(clamp), max_ctas, stream,
+    )
+    return PATH_KERNEL

@@ -1,0 +1,503 @@
+"""Grouped expert GEMM for Hopper (sm_90a): ``out[rows of e] = epilogue(a[rows of e] @ b[e].T)``.
+
+The expert GEMMs of CONTRACTS.md s5 for the ``bf16`` recipe, grouped over the local experts,
+on the rows routed to each expert only:
+
+- ``a`` bf16 ``[M_cap, K]`` (row-major), rows grouped by expert: expert ``e`` owns the live
+  rows ``[seg_start[e], seg_start[e] + counts[e])``; every ``seg_start[e]`` is a multiple of
+  ``TILE_M`` (segments padded to whole tiles), so no tile straddles two experts;
+- ``b`` bf16 ``[E, N, K]`` (K-major: ``out = a @ b[e].T``, a "TN" GEMM);
+- ``seg_start`` int32 ``[E + 1]`` and ``counts`` int32 ``[E]`` are read on the device (no host
+  sync: the launch is CUDA-graph capturable and a replay with new counts works).
+
+Epilogues (float32, one bf16 rounding per output element):
+
+- ``swiglu`` (FC1, s5 steps 1-4): ``b`` rows interleaved ``2j = gate_j, 2j + 1 = up_j``, so a
+  thread's accumulator holds (gate, up) as an adjacent column pair; optional clamp ``c``
+  (``gate = min(gate, c)``, ``up = clamp(up, -c, c)``; ``c = +inf`` is no clamp, NaN
+  propagates), ``act = up * gate * sigmoid(gate)`` (two multiplies, left to right;
+  ``sigmoid = 1 / (1 + exp(-gate))``), optional ``act *= row_scale[row]``; out ``[M_cap, N/2]``;
+- ``plain`` (FC2, s5 steps 5-7): optional ``h *= row_scale[row]``; out ``[M_cap, N]``.
+
+Rows of a tile at or beyond the live end of its expert are never stored; tiles past the live
+extent are skipped. The grid is sized from ``M_cap`` (the persistent variants cap it at
+``max_ctas``, e.g. the SM count).
+
+Two kernels (``KernelConfig``), both ``TILE_M`` x ``tile_n`` output tiles in a grouped raster
+(``GROUP_M``), two MMA warpgroups each owning ``TILE_M / 2`` rows, TMA loads of A and B tiles
+into 128B-swizzled shared memory through a ``stages``-deep mbarrier pipeline
+(``PipelineTmaAsync``), ``wgmma`` bf16 x bf16 -> float32, epilogue straight from registers:
+
+- ``kernel``: one CTA per tile; warp 0 also issues the copies;
+- ``kernel_ws`` (``ws=True``): warp-specialized and persistent; a producer warpgroup (warp 0
+  issues the copies, ``setmaxnreg`` down) feeds the two MMA warpgroups (``setmaxnreg`` up);
+  every CTA walks tiles ``bid, bid + grid, ...``, so the epilogue of a tile overlaps the
+  loads of the next.
+
+The K loop is fixed (``K / TILE_K`` steps in order, no split-K), so a row's bits depend only
+on its own ``a`` row and ``b[e]`` (CONTRACTS.md s8): not on other rows, on the expert's row
+count or on the row's position in its tile (the GPU tests check it bitwise).
+
+Each tile finds its expert from ``seg_start``: ``e = #{j in [1, E) : seg_start[j] <= row0}``
+(the segments are nondecreasing), counted by each warp over strided lanes and summed with a
+warp reduction (no shared memory, no barrier).
+"""
+
+# no `from __future__ import annotations`: cute.struct reads its annotations as objects
+
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import BFloat16, Float32, Int32
+from cutlass.cute.runtime import make_ptr
+from cutlass.utils import LayoutEnum
+
+from megamoe.kernel_registry import register_kernel
+
+TILE_M = 128
+"""Rows per tile; expert segments are padded to a multiple of it."""
+TILE_N = 64
+"""The smallest column tile of ``b`` (``N`` must be a multiple of the config's ``tile_n``)."""
+TILE_K = 64
+"""K per pipeline stage (``K`` must be a multiple)."""
+GROUP_M = 8
+"""Raster: CTAs walk ``GROUP_M`` M tiles for each N tile, so a wave shares A and B in L2."""
+MMA_WARPGROUPS = 2
+THREADS = 128 * MMA_WARPGROUPS
+"""MMA threads per CTA (the ``ws`` variants add a 128-thread producer warpgroup)."""
+WS_PRODUCER_REGS = 40
+WS_CONSUMER_REGS = 232
+MAX_EXPERTS = 1024
+MODES = ("swiglu", "plain")
+_ALIGN = 1024
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One compiled variant (TILE_M, TILE_K fixed): column tile, pipeline depth, and whether
+    the kernel is warp-specialized and persistent (``ws``: a producer warp feeds two MMA
+    warpgroups; CTAs loop over tiles, so the epilogue of one tile overlaps the loads of the
+    next)."""
+
+    tile_n: int
+    stages: int
+    ws: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
+
+
+CONFIGS = (
+    KernelConfig(128, 6), KernelConfig(256, 4), KernelConfig(64, 8),
+    KernelConfig(128, 6, True), KernelConfig(256, 4, True), KernelConfig(192, 5, True),
+)
+"""The compiled variants (each one is tested on the GPU); shared memory per CTA is about
+``(TILE_M + tile_n) * TILE_K * 2 bytes * stages`` (160-200 KiB: one CTA per SM)."""
+_PREFERRED = (
+    KernelConfig(256, 4, True), KernelConfig(192, 5, True), KernelConfig(128, 6, True),
+    KernelConfig(64, 8),
+)
+"""Default order (fastest first, H200 timings at E=8, 1024 rows per expert)."""
+
+
+def default_config(n: int) -> KernelConfig:
+    """The variant used for an ``N``: the first of ``_PREFERRED`` whose tile divides it
+    (``N`` a multiple of ``TILE_N`` always finds one)."""
+    for cfg in _PREFERRED:
+        if n % cfg.tile_n == 0:
+            return cfg
+    raise ValueError(f"N: expected a multiple of {TILE_N}, got {n}")
+
+
+def _make(mode: str, n: int, k: int, cfg: KernelConfig):
+    """Kernel and launcher for one (mode, N, K, config); ``M_cap`` and ``E`` are runtime."""
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    swiglu = mode == "swiglu"
+    tile_n, stages = cfg.tile_n, cfg.stages
+    n_out = n // 2 if swiglu else n
+    n_tiles = n // tile_n
+    k_tiles = k // TILE_K
+    tile_mnk = (TILE_M, tile_n, TILE_K)
+    stage_elems = (TILE_M + tile_n) * TILE_K
+    tx_bytes = stage_elems * 2
+
+    @cute.struct
+    class Storage:
+        bars: cute.struct.MemRange[cutlass.Int64, stages * 2]
+        sa: cute.struct.Align[cute.struct.MemRange[BFloat16, TILE_M * TILE_K * stages], _ALIGN]
+        sb: cute.struct.Align[cute.struct.MemRange[BFloat16, tile_n * TILE_K * stages], _ALIGN]
+
+    @cute.jit
+    def locate(tile: Int32, m_cap: Int32, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+               num_experts: Int32):
+        """Tile ``tile`` of the grouped raster -> (pid_m, pid_n, e, row0, live, live_end).
+
+        Raster: ``GROUP_M`` consecutive M tiles per N tile (a wave shares A and B in L2).
+        Expert: ``e = #{j in [1, E) : seg_start[j] <= row0}``, counted over the lanes of the
+        calling warp and summed with a warp reduction (every warp gets the same value).
+        """
+        m_tiles = (m_cap + (TILE_M - 1)) // TILE_M
+        group = tile // (GROUP_M * n_tiles)
+        first_m = group * GROUP_M
+        group_size = cutlass.min(m_tiles - first_m, Int32(GROUP_M))
+        local = tile - group * (GROUP_M * n_tiles)
+        pid_m = first_m + local % group_size
+        pid_n = local // group_size
+        row0 = pid_m * TILE_M
+        lane = cute.arch.lane_idx()
+        seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
+        cnt = cute.make_tensor(cnt_ptr, cute.make_layout(num_experts))
+        below = Int32(0)
+        for j in cutlass.range(lane + 1, num_experts, 32, unroll=4):
+            below = below + cutlass.select_(seg[j] <= row0, Int32(1), Int32(0))
+        e = cute.arch.warp_reduction_sum(below)
+        start = seg[e]
+        live_end = start + cutlass.max(cnt[e], Int32(0))
+        live_end = cutlass.min(cutlass.min(live_end, seg[e + 1]), m_cap)
+        live = (start <= row0) & (row0 < live_end)
+        return pid_m, pid_n, e, row0, live, live_end
+
+    @cute.jit
+    def store(acc: cute.Tensor, c_coord: cute.Tensor, out_ptr: cute.Pointer,
+              scale_ptr: cute.Pointer, m_cap: Int32, row0: Int32, col0: Int32,
+              live_end: Int32, use_scale: Int32, clamp: Float32):
+        """Epilogue of one thread's accumulators: float32 math, one bf16 rounding, rows at or
+        past ``live_end`` not stored (module docstring)."""
+        m_out = cute.make_tensor(out_ptr, cute.make_layout((m_cap, n_out), stride=(n_out, 1)))
+        m_scale = cute.make_tensor(scale_ptr, cute.make_layout(m_cap))
+        if cutlass.const_expr(swiglu):
+            for i in cutlass.range_constexpr(cute.size(acc) // 2):
+                crd = c_coord[2 * i]
+                row = row0 + crd[0]
+                if row < live_end:
+                    gate = Float32(acc[2 * i])
+                    up = Float32(acc[2 * i + 1])
+                    gate = Float32(cutlass.select_(gate > clamp, clamp, gate))
+                    up = Float32(cutlass.select_(up > clamp, clamp, up))
+                    up = Float32(cutlass.select_(up < -clamp, -clamp, up))
+                    sig = Float32(1.0) / (Float32(1.0) + cute.math.exp(-gate))
+                    act = up * gate * sig
+                    if use_scale != Int32(0):
+                        act = act * m_scale[row]
+                    m_out[row, (col0 + crd[1]) // 2] = act.to(BFloat16)
+        else:
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                crd = c_coord[i]
+                row = row0 + crd[0]
+                if row < live_end:
+                    h = Float32(acc[i])
+                    if use_scale != Int32(0):
+                        h = h * m_scale[row]
+                    m_out[row, col0 + crd[1]] = h.to(BFloat16)
+
+    @cute.kernel
+    def kernel(
+        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_b: cute.CopyAtom, m_b: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
+        out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+        scale_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
+        use_scale: Int32, clamp: Float32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        pid_m, pid_n, e, row0, live, live_end = locate(bid, m_cap, seg_ptr, cnt_ptr, num_experts)
+
+        if live:
+            if warp_idx == 0:
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+            smem = cutlass.utils.SmemAllocator()
+            storage = smem.allocate(Storage)
+            mainloop = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.bars.data_ptr(),
+                num_stages=stages,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, THREADS // 32),
+                tx_count=tx_bytes,
+                defer_sync=True,
+            )
+            pipeline.pipeline_init_arrive()
+            s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
+            s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
+
+            # (TILE_M, TILE_K, k_tiles) of a [M_cap, K]; (tile_n, TILE_K, k_tiles) of b (N, K, E)
+            g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
+            g_b = cute.local_tile(m_b, (tile_n, TILE_K), (pid_n, None, e))
+            t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
+                tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
+                cute.group_modes(g_a, 0, 2),
+            )
+            t_sb, t_gb = cute.nvgpu.cpasync.tma_partition(
+                tma_b, 0, cute.make_layout(1), cute.group_modes(s_b, 0, 2),
+                cute.group_modes(g_b, 0, 2),
+            )
+
+            wg = cute.arch.make_warp_uniform(tidx // 128)
+            thr_mma = tiled_mma.get_slice(cute.make_layout(MMA_WARPGROUPS, stride=128)(wg))
+            t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
+            t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
+            # (row, col) in the tile of each accumulator element of THIS thread
+            c_coord = tiled_mma.get_slice(tidx).partition_C(
+                cute.make_identity_tensor((TILE_M, tile_n))
+            )
+            acc = cute.make_rmem_tensor(c_coord.shape, Float32)
+            k_blocks = cute.size(t_ca, mode=[2])  # static
+
+            pipeline.pipeline_init_wait()
+
+            prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
+            if warp_idx == 0:
+                for _ in cutlass.range(min(stages, k_tiles), unroll=1):
+                    mainloop.producer_acquire(prod)
+                    bar = mainloop.producer_get_barrier(prod)
+                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
+                              tma_bar_ptr=bar)
+                    cute.copy(tma_b, t_gb[(None, prod.count)], t_sb[(None, prod.index)],
+                              tma_bar_ptr=bar)
+                    mainloop.producer_commit(prod)
+                    prod.advance()
+
+            read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
+            release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
+            # k tile 0: the first wgmma overwrites the accumulators (tiles >= 1 add)
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+            mainloop.consumer_wait(read)
+            cute.nvgpu.warpgroup.fence()
+            for kb in cutlass.range_constexpr(k_blocks):
+                cute.gemm(tiled_mma, acc, t_ca[(None, None, kb, read.index)],
+                          t_cb[(None, None, kb, read.index)], acc)
+                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+            cute.nvgpu.warpgroup.commit_group()
+            read.advance()
+            for _ in cutlass.range(1, k_tiles, unroll=1):
+                mainloop.consumer_wait(read)
+                cute.nvgpu.warpgroup.fence()
+                for kb in cutlass.range_constexpr(k_blocks):
+                    cute.gemm(tiled_mma, acc, t_ca[(None, None, kb, read.index)],
+                              t_cb[(None, None, kb, read.index)], acc)
+                cute.nvgpu.warpgroup.commit_group()
+                # one wgmma group stays in flight; the previous tile's group is complete:
+                # free its stage and refill it with tile prod.count
+                cute.nvgpu.warpgroup.wait_group(1)
+                mainloop.consumer_release(release)
+                release.advance()
+                read.advance()
+                if (warp_idx == 0) & (prod.count < k_tiles):
+                    mainloop.producer_acquire(prod)
+                    bar = mainloop.producer_get_barrier(prod)
+                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
+                              tma_bar_ptr=bar)
+                    cute.copy(tma_b, t_gb[(None, prod.count)], t_sb[(None, prod.index)],
+                              tma_bar_ptr=bar)
+                    mainloop.producer_commit(prod)
+                    prod.advance()
+            cute.nvgpu.warpgroup.wait_group(0)
+
+            store(acc, c_coord, out_ptr, scale_ptr, m_cap, row0, pid_n * tile_n, live_end,
+                  use_scale, clamp)
+
+    @cute.kernel
+    def kernel_ws(
+        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_b: cute.CopyAtom, m_b: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
+        out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+        scale_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
+        use_scale: Int32, clamp: Float32,
+    ):
+        """Warp-specialized persistent variant: warpgroup 0 (warp 0) loads, warpgroups 1-2
+        compute and store; every CTA walks tiles ``bid, bid + grid, ...`` of the raster, and
+        producer and consumers skip the same dead tiles (same ``locate``)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        grid, _, _ = cute.arch.grid_dim()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        total = (m_cap + (TILE_M - 1)) // TILE_M * n_tiles
+        if warp_idx == 0:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(Storage)
+        mainloop = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.bars.data_ptr(),
+            num_stages=stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, THREADS // 32),
+            tx_count=tx_bytes,
+            defer_sync=True,
+        )
+        pipeline.pipeline_init_arrive()
+        s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
+        s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
+        pipeline.pipeline_init_wait()
+
+        if warp_idx < 4:
+            cute.arch.warpgroup_reg_dealloc(WS_PRODUCER_REGS)
+            if warp_idx == 0:
+                prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
+                tile = bid
+                while tile < total:
+                    pid_m, pid_n, e, row0, live, live_end = locate(
+                        tile, m_cap, seg_ptr, cnt_ptr, num_experts
+                    )
+                    if live:
+                        g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
+                        g_b = cute.local_tile(m_b, (tile_n, TILE_K), (pid_n, None, e))
+                        t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
+                            tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
+                            cute.group_modes(g_a, 0, 2),
+                        )
+                        t_sb, t_gb = cute.nvgpu.cpasync.tma_partition(
+                            tma_b, 0, cute.make_layout(1), cute.group_modes(s_b, 0, 2),
+                            cute.group_modes(g_b, 0, 2),
+                        )
+                        for kt in cutlass.range(k_tiles, unroll=1):
+                            mainloop.producer_acquire(prod)
+                            bar = mainloop.producer_get_barrier(prod)
+                            cute.copy(tma_a, t_ga[(None, kt)], t_sa[(None, prod.index)],
+                                      tma_bar_ptr=bar)
+                            cute.copy(tma_b, t_gb[(None, kt)], t_sb[(None, prod.index)],
+                                      tma_bar_ptr=bar)
+                            mainloop.producer_commit(prod)
+                            prod.advance()
+                    tile = tile + grid
+                mainloop.producer_tail(prod)
+        else:
+            cute.arch.warpgroup_reg_alloc(WS_CONSUMER_REGS)
+            ctid = tidx - 128
+            wg = cute.arch.make_warp_uniform(ctid // 128)
+            thr_mma = tiled_mma.get_slice(cute.make_layout(MMA_WARPGROUPS, stride=128)(wg))
+            t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
+            t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
+            c_coord = tiled_mma.get_slice(ctid).partition_C(
+                cute.make_identity_tensor((TILE_M, tile_n))
+            )
+            acc = cute.make_rmem_tensor(c_coord.shape, Float32)
+            k_blocks = cute.size(t_ca, mode=[2])  # static
+            read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
+            release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
+            # accumulate onto zeroed accumulators: one code path for every k tile
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+            tile = bid
+            while tile < total:
+                pid_m, pid_n, e, row0, live, live_end = locate(
+                    tile, m_cap, seg_ptr, cnt_ptr, num_experts
+                )
+                if live:
+                    acc.fill(0.0)
+                    mainloop.consumer_wait(read)
+                    cute.nvgpu.warpgroup.fence()
+                    for kb in cutlass.range_constexpr(k_blocks):
+                        cute.gemm(tiled_mma, acc, t_ca[(None, None, kb, read.index)],
+                                  t_cb[(None, None, kb, read.index)], acc)
+                    cute.nvgpu.warpgroup.commit_group()
+                    read.advance()
+                    for _ in cutlass.range(1, k_tiles, unroll=1):
+                        mainloop.consumer_wait(read)
+                        cute.nvgpu.warpgroup.fence()
+                        for kb in cutlass.range_constexpr(k_blocks):
+                            cute.gemm(tiled_mma, acc, t_ca[(None, None, kb, read.index)],
+                                      t_cb[(None, None, kb, read.index)], acc)
+                        cute.nvgpu.warpgroup.commit_group()
+                        cute.nvgpu.warpgroup.wait_group(1)
+                        mainloop.consumer_release(release)
+                        release.advance()
+                        read.advance()
+                    cute.nvgpu.warpgroup.wait_group(0)
+                    mainloop.consumer_release(release)
+                    release.advance()
+                    store(acc, c_coord, out_ptr, scale_ptr, m_cap, row0, pid_n * tile_n,
+                          live_end, use_scale, clamp)
+                tile = tile + grid
+
+    @cute.jit
+    def launch(
+        a_ptr: cute.Pointer, b_ptr: cute.Pointer, out_ptr: cute.Pointer,
+        seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer, scale_ptr: cute.Pointer,
+        m_cap: Int32, num_experts: Int32, use_scale: Int32, clamp: Float32,
+        max_ctas: Int32, stream: cuda.CUstream,
+    ):
+        m_a = cute.make_tensor(a_ptr, cute.make_layout((m_cap, k), stride=(k, 1)))
+        m_b = cute.make_tensor(b_ptr, cute.make_layout((n, k, num_experts), stride=(k, 1, n * k)))
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            BFloat16, BFloat16, LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
+            LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), Float32,
+            (MMA_WARPGROUPS, 1, 1), tiler_mn=(64, tile_n),
+        )
+        a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
+        b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        tma_a, t_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            g2s, m_a, cute.slice_(a_layout, (None, None, 0)), (TILE_M, TILE_K)
+        )
+        tma_b, t_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            g2s, m_b, cute.slice_(b_layout, (None, None, 0)), (tile_n, TILE_K)
+        )
+        tiles = (m_cap + (TILE_M - 1)) // TILE_M * n_tiles
+        if cutlass.const_expr(cfg.ws):
+            kernel_ws(
+                tma_a, t_a, tma_b, t_b, tiled_mma, a_layout, b_layout,
+                out_ptr, seg_ptr, cnt_ptr, scale_ptr, m_cap, num_experts, use_scale, clamp,
+            ).launch(grid=[cutlass.max(cutlass.min(tiles, max_ctas), Int32(1)), 1, 1],
+                     block=[THREADS + 128, 1, 1], stream=stream)
+        else:
+            kernel(
+                tma_a, t_a, tma_b, t_b, tiled_mma, a_layout, b_layout,
+                out_ptr, seg_ptr, cnt_ptr, scale_ptr, m_cap, num_experts, use_scale, clamp,
+            ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream)
+
+    return launch
+
+
+_FAKE_ADDR = 1 << 20
+
+
+def _fake_ptr(dtype, align: int):
+    return make_ptr(dtype, _FAKE_ADDR, cute.AddressSpace.gmem, assumed_align=align)
+
+
+def compile_grouped_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
+                         ptrs=None, stream=None):
+    """``cute.compile`` the grouped GEMM for one (mode, N, K, config; default
+    ``default_config(n)``).
+
+    ``ptrs`` (a, b, out, seg_start, counts, row_scale pointers) default to fake addresses (the
+    offline compile gate); the compiled object takes the launcher's runtime arguments
+    ``(a, b, out, seg_start, counts, row_scale, m_cap, E, use_scale, clamp, max_ctas, stream)``
+    (``max_ctas``: the grid of the persistent ``ws`` variants, e.g. the number of SMs).
+    """
+    cfg = cfg if cfg is not None else default_config(n)
+    if n % cfg.tile_n or k % TILE_K:
+        raise ValueError(f"N, K: expected multiples of ({cfg.tile_n}, {TILE_K}), got ({n}, {k})")
+    if ptrs is None:
+        ptrs = (
+            _fake_ptr(BFloat16, 16), _fake_ptr(BFloat16, 16), _fake_ptr(BFloat16, 2),
+            _fake_ptr(Int32, 4), _fake_ptr(Int32, 4), _fake_ptr(Float32, 4),
+        )
+    return cute.compile(
+        _make(mode, n, k, cfg), *ptrs, Int32(TILE_M), Int32(1), Int32(0), Float32(0.0),
+        Int32(1), stream if stream is not None else cuda.CUstream(0),
+    )
+
+
+@register_kernel("grouped_gemm_swiglu_k256_n256_n128s6")
+def build_grouped_gemm_swiglu():
+    return compile_grouped_gemm("swiglu", 256, 256, KernelConfig(128, 6))
+
+
+@register_kernel("grouped_gemm_plain_k256_n256_n256s4")
+def build_grouped_gemm_plain():
+    return compile_grouped_gemm("plain", 256, 256, KernelConfig(256, 4))
+
+
+@register_kernel("grouped_gemm_swiglu_k256_n384_n192s5persist")
+def build_grouped_gemm_swiglu_ws():
+    return compile_grouped_gemm("swiglu", 384, 256, KernelConfig(192, 5, True))

@@ -1,0 +1,82 @@
+"""The layer's configuration, validated once at construction (CONTRACTS.md s0, s1, s5).
+
+``LayerConfig`` names what a MegaMoE layer on one GPU (EP1) is built for: experts ``E``,
+top-k ``K``, hidden size ``H``, intermediate size ``I``, capacity ``C`` (the most tokens one
+forward may carry; every workspace is capacity-shaped so a captured forward replays), the
+expert recipe, the optional clamp and early/late weighting. Bad values raise
+``ConfigError`` naming the field, the expected and the actual value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from megamoe.errors import ConfigError
+from megamoe.experts.grouped_gemm_kernel import TILE_K, TILE_N
+
+KNOWN_RECIPES = ("bf16", "mxfp8", "nvfp4", "fp8_mxfp4")
+"""Every recipe of CONTRACTS.md s5."""
+LAYER_RECIPES = ("bf16",)
+"""Recipes the layer runs today. The others are refused with a ConfigError that says so
+(issue 7 tracks them); the layer never silently computes a different recipe."""
+H_MULTIPLE = math.lcm(TILE_K, TILE_N)
+"""H is FC1's K and FC2's N: a multiple of both GEMM tiles."""
+I_MULTIPLE = math.lcm(TILE_K, TILE_N // 2)
+"""I is FC2's K; 2I is FC1's N (interleaved gate/up pairs)."""
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(name, "an int >= 1", repr(value))
+    return value
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """One MoE layer on one GPU (EP1). See the module docstring; CONTRACTS.md s5.
+
+    num_experts (E), top_k (K, at most E), hidden_size (H, a multiple of ``H_MULTIPLE``),
+    intermediate_size (I, a multiple of ``I_MULTIPLE``), capacity (C): positive ints.
+    recipe: one of ``LAYER_RECIPES``.
+    clamp: ``None`` or a finite float ``>= 0`` (``gate = min(gate, c)``, ``up = clamp(up,
+        -c, c)``).
+    late_weighting: ``False`` (default): the score multiplies the SwiGLU output before A2;
+        ``True``: it multiplies the FC2 output.
+    """
+
+    num_experts: int
+    top_k: int
+    hidden_size: int
+    intermediate_size: int
+    capacity: int
+    recipe: str = "bf16"
+    clamp: float | None = None
+    late_weighting: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("num_experts", "top_k", "hidden_size", "intermediate_size", "capacity"):
+            _positive_int(name, getattr(self, name))
+        if self.top_k > self.num_experts:
+            raise ConfigError("top_k", f"<= num_experts = {self.num_experts}", self.top_k)
+        if self.hidden_size % H_MULTIPLE:
+            raise ConfigError("hidden_size", f"a multiple of {H_MULTIPLE} (the GEMM tiles)",
+                              self.hidden_size)
+        if self.intermediate_size % I_MULTIPLE:
+            raise ConfigError("intermediate_size",
+                              f"a multiple of {I_MULTIPLE} (the GEMM tiles)",
+                              self.intermediate_size)
+        if self.recipe not in KNOWN_RECIPES:
+            raise ConfigError("recipe", f"one of {KNOWN_RECIPES}", repr(self.recipe))
+        if self.recipe not in LAYER_RECIPES:
+            raise ConfigError("recipe", f"one of {LAYER_RECIPES} (the recipes the layer "
+                              "runs today)", repr(self.recipe),
+                              "the other recipes are not implemented on the GPU yet")
+        if self.clamp is not None:
+            if isinstance(self.clamp, bool) or not isinstance(self.clamp, (int, float)):
+                raise ConfigError("clamp", "None or a finite float >= 0", repr(self.clamp))
+            if not math.isfinite(self.clamp) or self.clamp < 0:
+                raise ConfigError("clamp", "None or a finite float >= 0", repr(self.clamp))
+            object.__setattr__(self, "clamp", float(self.clamp))
+        if not isinstance(self.late_weighting, bool):
+            raise ConfigError("late_weighting", "a bool", repr(self.late_weighting))

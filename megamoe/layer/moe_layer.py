@@ -1,0 +1,314 @@
+"""``MoELayer``: the MegaMoE layer on one GPU (EP1), every stage a CuTe DSL kernel
+(CONTRACTS.md s1-s9).
+
+One forward, for ``T <= C`` tokens (or a device live count under CUDA graphs):
+
+1. **stage** (``megamoe.staging``): route value checks, routes staged into the workspace
+   (ids int32, scores float32, masked scores ``+0.0``, rows ``[T, C)`` emptied), the bf16
+   activations copied (CONTRACTS s2-s3);
+2. **layout** (``megamoe.dispatch``): per-expert counts over active slots only, offsets and
+   the stable order ``(expert, row, slot)`` of the routed slots (s3, s8);
+3. **gather** (row permute): every routed slot's A1 row into its expert's segment of the
+   GEMM input, each segment starting at a multiple of the GEMM's M tile; the slot's score
+   beside it;
+4. **FC1** (grouped GEMM, ``swiglu`` mode): ``h1 = A1 @ W13[e].T``, clamp, SwiGLU, early
+   weighting, bf16 A2 (s5 steps 1-5);
+5. **FC2** (grouped GEMM, ``plain`` mode): ``h2 = A2 @ W2[e].T``, late weighting, one bf16
+   rounding per slot (s5 steps 5-7);
+6. **scatter** (row permute): each slot's term to ``terms[row, slot]``;
+7. **combine** (``megamoe.combine``): float32 sum of active slots in slot order, one bf16
+   rounding; rows without an active slot exactly ``+0.0`` (s6).
+
+Only glue that sizes nothing runs outside those kernels: a handful of capacity-shaped
+PyTorch index operations between the layout and the gather (segment starts, destination
+rows, the score gather). Nothing syncs with the host in a forward except the eager
+``RouteError`` check, so a forward captured into a CUDA graph replays with new contents
+of ``hidden``, ``topk_ids``, ``topk_weights`` and the live count (s9).
+
+Bad metadata raises ``ConfigError`` before any launch; bad route values raise
+``RouteError`` in eager mode (after the staging launch, before anything the caller owns is
+written), and under capture mark the row (NaN output) and set the status word that
+``check_errors`` reads. On a CPU device every stage takes its PyTorch path (same
+semantics; used by the host tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from megamoe import combine as _combine
+from megamoe import staging as _staging
+from megamoe.dispatch import api as _dispatch
+from megamoe.errors import ConfigError
+from megamoe.experts import api as _gemm
+from megamoe.layer import permute as _permute
+from megamoe.layer.config import LayerConfig
+from megamoe.workspace import StageFormat
+
+ID_DTYPES = (torch.int32, torch.int64)
+SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class StagePaths:
+    """Which path each stage of the last forward took (``"kernel"`` or ``"torch"``)."""
+
+    stage: str
+    layout: str
+    gather: str
+    fc1: str
+    fc2: str
+    scatter: str
+    combine: str
+
+
+def _check_weights(config: LayerConfig, w13: object, w2: object) -> None:
+    e, h, i = config.num_experts, config.hidden_size, config.intermediate_size
+    for name, w, shape in (("w13", w13, (e, 2 * i, h)), ("w2", w2, (e, h, i))):
+        if not isinstance(w, torch.Tensor):
+            raise ConfigError(name, "a torch.Tensor", type(w).__name__)
+        if w.dtype != torch.bfloat16:
+            raise ConfigError(f"{name}.dtype", "torch.bfloat16 (recipe bf16)", w.dtype)
+        if tuple(w.shape) != shape:
+            raise ConfigError(f"{name}.shape", shape, tuple(w.shape))
+
+
+class MoELayer:
+    """The layer (module docstring). Build, ``warmup(...)``, then ``forward(...)``.
+
+    ``w13``: bf16 ``[E, 2I, H]`` in the canonical layout (gate rows, then up rows);
+    ``w2``: bf16 ``[E, H, I]``. The layer keeps its own re-laid-out copies on ``device``
+    (the caller's tensors are never modified).
+    """
+
+    def __init__(self, config: LayerConfig, w13: torch.Tensor, w2: torch.Tensor,
+                 device: torch.device | str = "cuda") -> None:
+        if not isinstance(config, LayerConfig):
+            raise ConfigError("config", "a megamoe.layer.LayerConfig", type(config).__name__)
+        _check_weights(config, w13, w2)
+        self.config = config
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        c, k, e = config.capacity, config.top_k, config.num_experts
+        h, i = config.hidden_size, config.intermediate_size
+        dev = self.device
+        self._w13 = _gemm.interleave_gate_up(w13.to(dev))
+        self._w2 = w2.to(dev).contiguous()
+        self._stage_ws = _staging.StagingWorkspace.create(c, k, h, StageFormat("bf16"), dev)
+        self._layout_ws = _dispatch.LayoutWorkspace(_dispatch.LayoutShape(1, c, k, e), dev)
+        routes = c * k
+        self._m_cap = _gemm.capacity_rows(routes, e)
+        self._a1 = torch.zeros(self._m_cap, h, dtype=torch.bfloat16, device=dev)
+        self._a2 = torch.zeros(self._m_cap, i, dtype=torch.bfloat16, device=dev)
+        self._h2 = torch.zeros(self._m_cap, h, dtype=torch.bfloat16, device=dev)
+        # one spare entry: routes i >= N write their (unused) score there
+        self._row_scale = torch.zeros(self._m_cap + 1, dtype=torch.float32, device=dev)
+        self._terms = torch.zeros(routes, h, dtype=torch.bfloat16, device=dev)
+        self._out = torch.zeros(c, h, dtype=torch.bfloat16, device=dev)
+        self._counts = torch.zeros(e, dtype=torch.int32, device=dev)
+        self._seg = torch.zeros(e + 1, dtype=torch.int32, device=dev)
+        self._route = torch.arange(routes, dtype=torch.int64, device=dev)
+        self._rows = torch.arange(c, dtype=torch.int64, device=dev)
+        self._src_row = torch.zeros(routes, dtype=torch.int64, device=dev)
+        self._pos = torch.zeros(routes, dtype=torch.int64, device=dev)
+        self._term_row = torch.zeros(routes, dtype=torch.int64, device=dev)
+        self._live = torch.zeros(1, dtype=torch.int32, device=dev)
+        self._warm = False
+        self._destroyed = False
+        self.last_paths: StagePaths | None = None
+
+    # ------------------------------------------------------------------ checks
+
+    def _alive(self) -> None:
+        if self._destroyed:
+            raise ConfigError("layer", "a layer that has not been destroyed", "destroyed")
+
+    def _check_inputs(self, hidden, topk_ids, topk_weights, live_tokens, out) -> int:
+        """Metadata checks before any launch (CONTRACTS.md s1, s2); returns T."""
+        cfg = self.config
+        for name, t in (("hidden", hidden), ("topk_ids", topk_ids),
+                        ("topk_weights", topk_weights)):
+            if not isinstance(t, torch.Tensor):
+                raise ConfigError(name, "a torch.Tensor", type(t).__name__)
+            if t.device != self.device:
+                raise ConfigError(f"{name}.device", str(self.device), str(t.device))
+        if hidden.dtype != torch.bfloat16:
+            raise ConfigError("hidden.dtype", "torch.bfloat16 (recipe bf16)", hidden.dtype)
+        if hidden.dim() != 2 or hidden.shape[1] != cfg.hidden_size:
+            raise ConfigError("hidden.shape", f"[T, H={cfg.hidden_size}]", tuple(hidden.shape))
+        t = hidden.shape[0]
+        if t > cfg.capacity:
+            raise ConfigError("hidden.shape[0]", f"T <= capacity {cfg.capacity}", t)
+        if topk_ids.dtype not in ID_DTYPES:
+            raise ConfigError("topk_ids.dtype", "torch.int32 or torch.int64", topk_ids.dtype)
+        if topk_weights.dtype not in SCORE_DTYPES:
+            raise ConfigError("topk_weights.dtype", f"one of {SCORE_DTYPES}",
+                              topk_weights.dtype)
+        for name, x in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
+            if tuple(x.shape) != (t, cfg.top_k):
+                raise ConfigError(f"{name}.shape", (t, cfg.top_k), tuple(x.shape))
+        if live_tokens is not None:
+            if not isinstance(live_tokens, torch.Tensor):
+                raise ConfigError("live_tokens", "None or an int32 [1] tensor",
+                                  type(live_tokens).__name__)
+            if live_tokens.dtype != torch.int32 or live_tokens.numel() != 1:
+                raise ConfigError("live_tokens", "an int32 [1] tensor",
+                                  f"{live_tokens.dtype} {tuple(live_tokens.shape)}")
+            if live_tokens.device != self.device:
+                raise ConfigError("live_tokens.device", str(self.device),
+                                  str(live_tokens.device))
+        if out is not None:
+            if not isinstance(out, torch.Tensor):
+                raise ConfigError("out", "None or a torch.Tensor", type(out).__name__)
+            if out.dtype != torch.bfloat16 or out.dim() != 2 or out.shape[1] != cfg.hidden_size:
+                raise ConfigError("out", f"bf16 [>= T, H={cfg.hidden_size}]",
+                                  f"{out.dtype} {tuple(out.shape)}")
+            if out.shape[0] < t:
+                raise ConfigError("out.shape[0]", f">= T = {t}", out.shape[0])
+            if out.device != self.device:
+                raise ConfigError("out.device", str(self.device), str(out.device))
+            if out.shape[1] > 1 and out.stride(1) != 1:
+                raise ConfigError("out.stride(1)", 1, out.stride(1))
+        return t
+
+    # ------------------------------------------------------------------ API
+
+    def warmup(self, hidden: torch.Tensor, topk_ids: torch.Tensor,
+               topk_weights: torch.Tensor) -> torch.Tensor:
+        """Compile every kernel for these inputs' dtypes, allocate, and run one eager
+        forward (returned). Call before capturing a forward (CONTRACTS.md s9)."""
+        self._alive()
+        self._check_inputs(hidden, topk_ids, topk_weights, None, None)
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise _staging.CompileDuringCaptureError(
+                "MoELayer.warmup() called during CUDA-graph capture (CONTRACTS.md s9)"
+            )
+        _staging.warmup(self._stage_ws, id_dtypes=(topk_ids.dtype,),
+                        score_dtypes=(topk_weights.dtype,))
+        if self.device.type == "cuda":
+            _dispatch.warmup(self.device)
+            _permute.warmup(self.device, torch.int64, torch.int64)
+            _permute.warmup(self.device, torch.int64, torch.int32)
+            cfg = self.config
+            h, i = cfg.hidden_size, cfg.intermediate_size
+            _gemm.warmup("swiglu", 2 * i, h, self.device)
+            _gemm.warmup("plain", h, i, self.device)
+            _combine.warmup(self.device, id_dtypes=(torch.int32,))
+        self._warm = True
+        return self.forward(hidden, topk_ids, topk_weights)
+
+    def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor,
+                topk_weights: torch.Tensor, *, live_tokens: torch.Tensor | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+        """``out [T, H]`` bf16 (CONTRACTS.md s1-s6); see the module docstring.
+
+        ``live_tokens`` (int32 ``[1]`` on the device): the live count for CUDA-graph replays
+        with capacity-shaped inputs; rows ``>= live`` of ``out`` are then not written.
+        ``out``: optional caller buffer ``[>= T, H]``; rows ``>= T`` are never written.
+        """
+        self._alive()
+        t = self._check_inputs(hidden, topk_ids, topk_weights, live_tokens, out)
+        if not self._warm:
+            raise ConfigError("layer", "warmup(...) called before forward", "not warmed up")
+        cfg = self.config
+        if out is None:
+            out = torch.empty(t, cfg.hidden_size, dtype=torch.bfloat16, device=self.device)
+        paths: dict[str, str] = {}
+        for name, run in self.stage_plan(hidden, topk_ids, topk_weights, live_tokens, out):
+            paths[name] = run()
+        self.last_paths = StagePaths(**paths)
+        return out
+
+    def stage_plan(self, hidden: torch.Tensor, topk_ids: torch.Tensor,
+                   topk_weights: torch.Tensor, live_tokens: torch.Tensor | None,
+                   out: torch.Tensor) -> list[tuple[str, Callable[[], str]]]:
+        """The forward as ``(stage name, run)`` pairs, in order (``run()`` launches the stage
+        and returns the path it took). ``forward`` runs them all; the per-stage benchmark
+        captures and times each one alone (each stage only reads what earlier stages wrote,
+        so replaying one stage repeats the same work). Inputs are not checked here."""
+        cfg = self.config
+        t = hidden.shape[0]
+        ws = self._stage_ws
+        early = None if cfg.late_weighting else self._row_scale[: self._m_cap]
+        late = self._row_scale[: self._m_cap] if cfg.late_weighting else None
+        terms = self._terms.view(cfg.capacity, cfg.top_k, cfg.hidden_size)
+        n = self._layout_ws.view("num_routes")
+
+        def stage() -> str:
+            return _staging.stage(ws, hidden, topk_ids, topk_weights,
+                                  num_experts=cfg.num_experts, live_tokens=live_tokens).path
+
+        def layout() -> str:
+            lay = _dispatch.dispatch_layout(ws.ids, cfg.num_experts, 1,
+                                            workspace=self._layout_ws)
+            self._route_indices(lay)
+            return lay.path
+
+        def gather() -> str:
+            return _permute.permute_rows(ws.payload, self._a1, self._src_row, self._pos, n)
+
+        def fc1() -> str:
+            return _gemm.grouped_gemm(self._a1, self._w13, self._seg, self._counts, self._a2,
+                                      mode="swiglu", row_scale=early, clamp=cfg.clamp)
+
+        def fc2() -> str:
+            return _gemm.grouped_gemm(self._a2, self._w2, self._seg, self._counts, self._h2,
+                                      mode="plain", row_scale=late)
+
+        def scatter() -> str:
+            return _permute.permute_rows(self._h2, self._terms, self._pos, self._term_row, n)
+
+        def combine() -> str:
+            target = out if live_tokens is None else self._out
+            plan = _combine.combine_plan(terms, ws.ids, target, t)
+            _combine.masked_combine(terms, ws.ids, target, t)
+            if live_tokens is not None:
+                torch.clamp(live_tokens, 0, t, out=self._live)
+                _permute.permute_rows(self._out, out, self._rows, self._rows, self._live)
+            return "torch" if plan == _combine.PLAN_TORCH else "kernel"
+
+        return [("stage", stage), ("layout", layout), ("gather", gather), ("fc1", fc1),
+                ("fc2", fc2), ("scatter", scatter), ("combine", combine)]
+
+    __call__ = forward
+
+    def _route_indices(self, lay) -> None:
+        """Device-side glue (graph-capturable): counts, padded segment starts, and for every
+        routed slot ``i < N`` its source row, its GEMM row and its term row; its score into
+        the GEMM row's scale. Entries ``i >= N`` point at row 0 / the spare scale entry and
+        are never used by the permutes (they stop at ``N``)."""
+        cfg = self.config
+        self._counts.copy_(lay.expert_counts)
+        self._seg.copy_(_gemm.padded_segment_starts(self._counts))
+        valid = self._route < lay.num_routes
+        expert = torch.where(valid, lay.order_expert[: self._route.numel()], 0)
+        rank_row_slot = lay.order[: self._route.numel()]
+        row = torch.where(valid, rank_row_slot[:, 1], 0)
+        slot = torch.where(valid, rank_row_slot[:, 2], 0)
+        pos = self._seg.to(torch.int64)[expert] + self._route - lay.expert_offsets[expert]
+        self._src_row.copy_(row)
+        self._pos.copy_(torch.where(valid, pos, 0))
+        self._term_row.copy_(row * cfg.top_k + slot)
+        score = self._stage_ws.scores[row, slot]
+        spare = torch.full_like(pos, self._m_cap)
+        self._row_scale.index_copy_(0, torch.where(valid, pos, spare), score)
+
+    def check_errors(self) -> None:
+        """Raise ``RouteError`` for the first bad route recorded by forwards run under CUDA
+        graphs (the status word), and clear the record; return quietly when none (syncs)."""
+        self._alive()
+        _staging.check_errors(self._stage_ws)
+
+    def destroy(self) -> None:
+        """Release every buffer; any later call raises ``ConfigError``."""
+        if self._destroyed:
+            return
+        for name in ("_w13", "_w2", "_stage_ws", "_layout_ws", "_a1", "_a2", "_h2",
+                     "_row_scale", "_terms", "_out", "_counts", "_seg", "_route", "_rows",
+                     "_src_row", "_pos", "_term_row", "_live"):
+            setattr(self, name, None)
+        self._destroyed = True

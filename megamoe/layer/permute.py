@@ -1,0 +1,143 @@
+"""Host launcher of the row permute (``megamoe.layer.permute_kernel``; CONTRACTS.md s5, s9).
+
+``permute_rows(src, dst, src_index, dst_index, count)`` writes ``dst[dst_index[i]] =
+src[src_index[i]]`` for ``i < count[0]`` (``count`` a one-element device tensor, read on
+the device) and nothing else. Indices must be in range for ``i < count`` (the layer makes
+them); rows ``i >= count`` of the index tensors are never read.
+
+The CuTe DSL kernel runs on CUDA tensors whose rows are 16-byte aligned (``row bytes``,
+row strides and base pointers multiples of 16); anything else, or CPU tensors, takes the
+Torch path (which reads ``count`` on the host, so it is not graph-capturable). Compiled once
+per (index dtype, count dtype, device); compiling during capture is an error (CONTRACTS s9).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from megamoe.errors import ConfigError
+from megamoe.staging.compile_cache import CompileDuringCaptureError
+
+INDEX_DTYPES = (torch.int32, torch.int64)
+WORD_BYTES = 16  # = permute_kernel.WORD_BYTES (a test checks they agree)
+THREADS = 128  # = permute_kernel.THREADS
+MAX_BLOCKS = 2048  # = permute_kernel.MAX_BLOCKS
+PATH_KERNEL = "kernel"
+PATH_TORCH = "torch"
+_CACHE: dict[tuple[torch.dtype, torch.dtype, str], object] = {}
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def _check(src, dst, src_index, dst_index, count) -> None:
+    for name, t in (("src", src), ("dst", dst), ("src_index", src_index),
+                    ("dst_index", dst_index), ("count", count)):
+        if not isinstance(t, torch.Tensor):
+            raise ConfigError(name, "a torch.Tensor", type(t).__name__)
+    for name, t in (("src", src), ("dst", dst)):
+        if t.dim() != 2:
+            raise ConfigError(name, "a 2-D tensor [rows, cols]", f"shape {tuple(t.shape)}")
+        if t.shape[1] > 1 and t.stride(1) != 1:
+            raise ConfigError(f"{name}.stride(1)", 1, t.stride(1))
+    if dst.dtype != src.dtype:
+        raise ConfigError("dst.dtype", f"src's dtype {src.dtype}", dst.dtype)
+    if dst.shape[1] != src.shape[1]:
+        raise ConfigError("dst.shape[1]", f"src's row length {src.shape[1]}", dst.shape[1])
+    for name, t in (("src_index", src_index), ("dst_index", dst_index)):
+        if t.dtype not in INDEX_DTYPES or t.dim() != 1:
+            raise ConfigError(name, "a 1-D int32/int64 tensor", f"{t.dtype} {tuple(t.shape)}")
+    if dst_index.dtype != src_index.dtype or dst_index.shape != src_index.shape:
+        raise ConfigError("dst_index", f"src_index's dtype and shape {src_index.dtype} "
+                          f"{tuple(src_index.shape)}", f"{dst_index.dtype} "
+                          f"{tuple(dst_index.shape)}")
+    if count.dtype not in INDEX_DTYPES or count.numel() != 1:
+        raise ConfigError("count", "a one-element int32/int64 tensor",
+                          f"{count.dtype} {tuple(count.shape)}")
+    devs = {t.device for t in (src, dst, src_index, dst_index, count)}
+    if len(devs) != 1:
+        raise ConfigError("device", "every tensor on one device", sorted(map(str, devs)))
+
+
+def kernel_plan(src: torch.Tensor, dst: torch.Tensor) -> str:
+    """'' when the kernel covers ``src``/``dst``, else why not."""
+    if src.device.type != "cuda":
+        return "tensors are not on a CUDA device"
+    es = src.element_size()
+    if (src.shape[1] * es) % WORD_BYTES:
+        return f"row bytes {src.shape[1] * es} are not a multiple of {WORD_BYTES}"
+    for name, t in (("src", src), ("dst", dst)):
+        if t.data_ptr() % WORD_BYTES or (t.stride(0) * es) % WORD_BYTES:
+            return f"{name} rows are not {WORD_BYTES}-byte aligned"
+        if t.shape[0] * t.stride(0) * es // 4 > 2**31 - 1:
+            return f"{name} spans more than 2**31 int32 words"
+    return ""
+
+
+def _compiled(index_dtype: torch.dtype, count_dtype: torch.dtype, device: torch.device):
+    key = (index_dtype, count_dtype, str(device))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    if torch.cuda.is_current_stream_capturing():
+        raise CompileDuringCaptureError(
+            f"row permute for {key} is not compiled and a CUDA graph is being captured: call "
+            "megamoe.layer.permute.warmup(...) before capture (CONTRACTS.md s9)"
+        )
+    from megamoe.layer.permute_kernel import compile_permute
+
+    compiled = compile_permute(_dtype_name(index_dtype), _dtype_name(count_dtype))
+    _CACHE[key] = compiled
+    return compiled
+
+
+def warmup(device: torch.device | str, index_dtype: torch.dtype = torch.int64,
+           count_dtype: torch.dtype = torch.int64) -> None:
+    """Compile the permute for these dtypes on ``device`` (CUDA only). Call before capture."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        _compiled(index_dtype, count_dtype, device)
+
+
+def _torch_permute(src, dst, src_index, dst_index, count) -> None:
+    n = max(0, min(int(count.reshape(-1)[0]), src_index.numel()))
+    dst[dst_index[:n].long()] = src[src_index[:n].long()]
+
+
+def permute_rows(src: torch.Tensor, dst: torch.Tensor, src_index: torch.Tensor,
+                 dst_index: torch.Tensor, count: torch.Tensor) -> str:
+    """Run the permute (module docstring); returns the path taken."""
+    _check(src, dst, src_index, dst_index, count)
+    if kernel_plan(src, dst):
+        _torch_permute(src, dst, src_index, dst_index, count)
+        return PATH_TORCH
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    compiled = _compiled(src_index.dtype, count.dtype, src.device)
+    es = src.element_size()
+    rows = src_index.numel()
+    if rows == 0:
+        return PATH_KERNEL
+    gm = cute.AddressSpace.gmem
+    it = cutlass.Int32 if src_index.dtype == torch.int32 else cutlass.Int64
+    ct = cutlass.Int32 if count.dtype == torch.int32 else cutlass.Int64
+
+    def words_ptr(t: torch.Tensor):
+        return make_ptr(cutlass.Int32, t.data_ptr(), gm, assumed_align=WORD_BYTES)
+
+    def idx_ptr(t: torch.Tensor, ty):
+        return make_ptr(ty, t.data_ptr(), gm, assumed_align=ty.width // 8)
+
+    stream = cuda.CUstream(torch.cuda.current_stream(src.device).cuda_stream)
+    compiled(
+        words_ptr(src), src.shape[0], src.stride(0) * es // 4,
+        words_ptr(dst), dst.shape[0], dst.stride(0) * es // 4,
+        src.shape[1] * es // WORD_BYTES,
+        idx_ptr(src_index, it), idx_ptr(dst_index, it), idx_ptr(count, ct),
+        rows, min(rows, MAX_BLOCKS), stream,
+    )
+    return PATH_KERNEL

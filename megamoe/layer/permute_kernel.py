@@ -1,0 +1,104 @@
+"""Row permute: ``dst[dst_index[i]] = src[src_index[i]]`` for ``i < n``, one CuTe DSL launch.
+
+The layer moves routed rows with it (CONTRACTS.md s3, s5): staged A1 rows into each
+expert's segment of the GEMM input, FC2 rows back to their ``(token, slot)`` term, and
+live output rows to the caller's buffer. ``n`` is read on the device (a count the dispatch
+layout wrote, or the live-token count), so a CUDA graph captured around the launch
+replays with a new ``n`` and new indices; blocks of rows ``>= n`` do nothing, so the work
+scales with the live routes, not the capacity.
+
+Rows are moved as 16-byte words (``WORD_BYTES``): row starts and row strides must be
+multiples of 16 bytes (``megamoe.layer.permute`` checks). Grid: ``min(max_rows,
+MAX_BLOCKS)`` blocks of ``THREADS`` threads, grid-stride over rows ``i``; the threads of a
+block stride over the words of one row. Nothing else is written; no atomics.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Int64
+from cutlass.cute.runtime import make_ptr
+
+from megamoe.kernel_registry import register_kernel
+
+THREADS = 128
+MAX_BLOCKS = 2048
+WORD_BYTES = 16
+_FAKE_ADDR = 1 << 20
+
+
+@cute.kernel
+def _permute_kernel(
+    src_ptr: cute.Pointer, src_rows: Int32, src_stride: Int32,
+    dst_ptr: cute.Pointer, dst_rows: Int32, dst_stride: Int32,
+    words: Int32,
+    src_idx_ptr: cute.Pointer, dst_idx_ptr: cute.Pointer,
+    n_ptr: cute.Pointer, max_rows: Int32,
+):
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    gdim, _, _ = cute.arch.grid_dim()
+    src_s = cute.assume(src_stride, divby=4)
+    dst_s = cute.assume(dst_stride, divby=4)
+    m_src = cute.make_tensor(
+        src_ptr, cute.make_layout((src_rows, words, 4), stride=(src_s, 4, 1))
+    )
+    m_dst = cute.make_tensor(
+        dst_ptr, cute.make_layout((dst_rows, words, 4), stride=(dst_s, 4, 1))
+    )
+    m_si = cute.make_tensor(src_idx_ptr, cute.make_layout(max_rows))
+    m_di = cute.make_tensor(dst_idx_ptr, cute.make_layout(max_rows))
+    m_n = cute.make_tensor(n_ptr, cute.make_layout(1))
+    n = cutlass.min(cutlass.max(Int32(m_n[0]), Int32(0)), max_rows)
+    for i in range(bidx, n, gdim):
+        s = Int32(m_si[i])
+        d = Int32(m_di[i])
+        for w in range(tidx, words, THREADS):
+            m_dst[d, w, None].store(m_src[s, w, None].load())
+
+
+@cute.jit
+def permute_launch(
+    src_ptr: cute.Pointer, src_rows: Int32, src_stride: Int32,
+    dst_ptr: cute.Pointer, dst_rows: Int32, dst_stride: Int32,
+    words: Int32,
+    src_idx_ptr: cute.Pointer, dst_idx_ptr: cute.Pointer,
+    n_ptr: cute.Pointer, max_rows: Int32, blocks: Int32,
+    stream: cuda.CUstream,
+):
+    _permute_kernel(
+        src_ptr, src_rows, src_stride, dst_ptr, dst_rows, dst_stride, words,
+        src_idx_ptr, dst_idx_ptr, n_ptr, max_rows,
+    ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+
+
+INDEX_TYPES = {"int32": Int32, "int64": Int64}
+
+
+def _ptr(dtype, align: int, addr: int = _FAKE_ADDR):
+    return make_ptr(dtype, addr, cute.AddressSpace.gmem, assumed_align=align)
+
+
+def compile_permute(index_dtype: str, count_dtype: str):
+    """``cute.compile`` the permute for one (index dtype, count dtype); every size and
+    pointer is a runtime argument (row strides in int32 units, multiples of 4)."""
+    it, ct = INDEX_TYPES[index_dtype], INDEX_TYPES[count_dtype]
+    i0 = Int32(0)
+    return cute.compile(
+        permute_launch,
+        _ptr(Int32, WORD_BYTES), i0, i0, _ptr(Int32, WORD_BYTES), i0, i0, i0,
+        _ptr(it, it.width // 8), _ptr(it, it.width // 8), _ptr(ct, ct.width // 8), i0, i0,
+        cuda.CUstream(0),
+    )
+
+
+@register_kernel("row_permute_i64_n64")
+def build_row_permute_i64():
+    return compile_permute("int64", "int64")
+
+
+@register_kernel("row_permute_i32_n32")
+def build_row_permute_i32():
+    return compile_permute("int32", "int32")

@@ -1,0 +1,63 @@
+"""The ``layer`` benchmark's declarations and its stock-PyTorch baseline on the CPU: the
+baseline computes the same layer as the oracle (so the comparison is like for like), and
+the work each case declares (weight bytes touched, or FLOPs) is what the routes imply."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from megamoe.bench.benchmarks import layer as lb
+from megamoe.bench.registry import BuildContext, Case, get_benchmark
+from oracle.compare import compare_rows
+from oracle.experts import moe_forward
+from oracle.moe_config import MoEConfig
+from oracle.weights import ExpertWeights
+
+TINY = lb.Shape("tiny", 128, 64, 8, 2)
+CTX = BuildContext(torch.device("cpu"), 0, 1, seed=17)
+
+
+@pytest.fixture
+def tiny(monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setitem(lb.SHAPES, "tiny", TINY)
+    lb._WEIGHTS.clear()
+    yield TINY
+    lb._WEIGHTS.clear()
+
+
+def _case(routes: str, t: int) -> Case:
+    return Case(f"tiny-{routes}-T{t}", {"tokens": t}, scenario=routes, seed=17)
+
+
+def test_layer_benchmark_declares_the_issue_grid() -> None:
+    bench = get_benchmark("layer")
+    assert [b.name for b in bench.baselines] == ["torch-grouped-mm"]
+    got = {(c.scenario, c.shape["tokens"]) for c in bench.cases}
+    assert got == {(r, t) for r in ("uniform", "skewed") for t in (1, 4, 16, 64, 256, 1024, 4096)}
+    assert {c.shape["hidden"] for c in bench.cases} == {7168}
+
+
+@pytest.mark.parametrize(("routes", "t"), [("uniform", 12), ("skewed", 9), ("uniform", 1)])
+def test_torch_baseline_computes_the_oracles_layer(tiny, routes: str, t: int) -> None:  # type: ignore[no-untyped-def]
+    work = lb.build_torch_grouped_mm(_case(routes, t), CTX)
+    got = work.fn()
+    x, ids, w = lb._inputs(_case(routes, t), CTX)
+    w13, w2 = lb._weights(TINY, CTX.device)
+    cfg = MoEConfig("bf16", TINY.experts, TINY.top_k, TINY.hidden, TINY.inter)
+    want = moe_forward(x, ids, w, ExpertWeights("bf16", w13, w2), cfg)
+    report = compare_rows(got, want, ids, "bf16")
+    assert report.problems == (), report
+
+
+def test_declared_work_is_touched_weight_bytes_or_active_flops(tiny) -> None:  # type: ignore[no-untyped-def]
+    small = lb.build_torch_grouped_mm(_case("skewed", 4), CTX)
+    per_expert = (2 * TINY.inter * TINY.hidden + TINY.hidden * TINY.inter) * 2
+    assert small.ceiling == "copy_bw" and small.bytes_moved == per_expert  # one expert
+    big = lb.build_torch_grouped_mm(_case("uniform", 100), CTX)
+    slots = 100 * TINY.top_k
+    assert big.ceiling == "bf16_mm"
+    assert big.flops == 2 * slots * 3 * TINY.hidden * TINY.inter
+    assert math.isclose(big.flops / slots, 6 * TINY.hidden * TINY.inter)

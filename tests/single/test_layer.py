@@ -1,0 +1,226 @@
+"""The MegaMoE layer on the H200 (CONTRACTS.md s1-s10, issue 7): every stage a CuTe DSL
+kernel; every live row within the section 8 bound of the oracle, inactive rows exactly zero;
+the invariance contract bitwise; the changing-route scenario set on one captured graph;
+route errors eager and under graphs; bad metadata refused before any launch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, RESTORED_FROM, make_sequence
+from megamoe import ConfigError, RouteError
+from megamoe.layer import LayerConfig, MoELayer
+from oracle.routing import find_route_violations
+from tests.layer_check import compare_rows, oracle_output
+
+E, K, H, INTER, C = 8, 2, 256, 128, 300
+REPLAYS_PER_STATE = 17
+KERNEL_PATHS = {"kernel"}
+ID_DTYPES = (torch.int32, torch.int64)
+SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _weights(seed: int, e: int = E, h: int = H, i: int = INTER):
+    g = torch.Generator().manual_seed(seed)
+    w13 = (torch.randn(e, 2 * i, h, generator=g) / math.sqrt(h)).bfloat16()
+    w2 = (torch.randn(e, h, i, generator=g) / math.sqrt(i)).bfloat16()
+    return w13, w2
+
+
+W13, W2 = _weights(0)
+_LAYERS: dict[tuple, MoELayer] = {}
+
+
+def _layer(dev, clamp=None, late=False) -> MoELayer:  # type: ignore[no-untyped-def]
+    key = (str(dev), clamp, late)
+    if key not in _LAYERS:
+        _LAYERS[key] = MoELayer(LayerConfig(E, K, H, INTER, C, clamp=clamp, late_weighting=late),
+                                W13, W2, dev)
+    return _LAYERS[key]
+
+
+def _routes(seed: int, t: int, mask_p: float, dev, id_dtype=torch.int64,
+            score_dtype=torch.float32, e: int = E, k: int = K, h: int = H):
+    g = torch.Generator().manual_seed(seed)
+    ids = (torch.rand(t, e, generator=g).argsort(dim=1)[:, :k] if t
+           else torch.zeros(0, k, dtype=torch.int64))
+    masked = torch.rand(t, k, generator=g) < mask_p
+    ids = torch.where(masked, -1, ids)
+    w = torch.rand(t, k, generator=g) * 0.95 + 0.05
+    junk = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    w = torch.where(masked, junk[torch.randint(0, 3, (t, k), generator=g)], w)
+    x = torch.randn(t, h, generator=g).bfloat16()
+    return x.to(dev), ids.to(id_dtype).to(dev), w.to(score_dtype).to(dev)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int16).cpu()
+
+
+@given(
+    t=st.integers(0, C),
+    mask_p=st.sampled_from((0.0, 0.3, 0.9, 1.0)),
+    clamp=st.sampled_from((None, 0.25, 4.0)),
+    late=st.booleans(),
+    id_dtype=st.sampled_from(ID_DTYPES),
+    score_dtype=st.sampled_from(SCORE_DTYPES),
+    seed=st.integers(0, 2**31),
+)
+def test_every_live_row_meets_the_oracle(cuda_device, t, mask_p, clamp, late, id_dtype,
+                                         score_dtype, seed) -> None:
+    layer = _layer(cuda_device, clamp, late)
+    x, ids, w = _routes(seed, t, mask_p, cuda_device, id_dtype, score_dtype)
+    before = [v.clone() for v in (x, ids, w)]
+    out = layer.warmup(x, ids, w)
+    assert set(vars(layer.last_paths).values()) == KERNEL_PATHS, layer.last_paths
+    report = compare_rows(out, oracle_output(layer.config, W13, W2, x, ids, w), ids, "bf16")
+    assert report.problems == (), report
+    for a, b in zip(before, (x, ids, w), strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(cuda_device) -> None:
+    """CONTRACTS.md s8 invariance: row 0's bits stay the same whatever the other rows hold,
+    how many there are, and whether masked slots carry NaN/Inf or zero."""
+    layer = _layer(cuda_device)
+    x, ids, w = _routes(11, 64, 0.3, cuda_device)
+    ids[0] = torch.tensor([3, -1], device=cuda_device)
+    w[0, 1] = float("nan")
+    layer.warmup(x, ids, w)
+    ref = _bits(layer.forward(x, ids, w)[0])
+    for seed, t in ((12, 1), (13, 2), (14, 129), (15, C)):
+        x2, ids2, w2 = _routes(seed, t, 0.2, cuda_device)
+        x2[0], ids2[0], w2[0] = x[0], ids[0], w[0]
+        if t > 1:
+            ids2[1:, 0] = 3  # many other rows share row 0's expert: row 0 moves in the tile
+            ids2[1:, 1] = torch.where(ids2[1:, 1] == 3, -1, ids2[1:, 1])
+        assert torch.equal(_bits(layer.forward(x2, ids2, w2)[0]), ref), (seed, t)
+    w_zero = w.clone()
+    w_zero[0, 1] = 0.0
+    assert torch.equal(_bits(layer.forward(x, ids, w_zero)[0]), ref)
+    w_inf = w.clone()
+    w_inf[0, 1] = float("-inf")
+    assert torch.equal(_bits(layer.forward(x, ids, w_inf)[0]), ref)
+
+
+def _poison(layer: MoELayer, *buffers: torch.Tensor) -> None:
+    """NaN into the layer's data buffers and the given caller buffers (CONTRACTS.md s10)."""
+    for t in (layer._a1, layer._a2, layer._h2, layer._terms, layer._out,
+              layer._stage_ws.payload, layer._layout_ws.view("order"), *buffers):
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        else:
+            t.fill_(-7)
+
+
+def test_changing_route_scenarios_replay_on_one_graph(cuda_device) -> None:
+    """CONTRACTS.md s10 (single-rank): one captured forward over capacity-shaped buffers,
+    17 replays per state, NaN poured into the workspace and the output between states;
+    every live row against the oracle, first and last replay bitwise equal to an eager
+    forward, rows past the live count untouched, ``restored`` equal to the first state."""
+    layer = _layer(cuda_device)
+    states = make_sequence(world_size=1, capacity=C, top_k=K, num_experts=E, hidden_size=H,
+                           seed=5, device=cuda_device)
+    s_x = torch.zeros(C, H, dtype=torch.bfloat16, device=cuda_device)
+    s_ids = torch.full((C, K), -1, dtype=torch.int64, device=cuda_device)
+    s_w = torch.zeros(C, K, dtype=torch.float32, device=cuda_device)
+    s_live = torch.full((1,), C, dtype=torch.int32, device=cuda_device)
+    out = torch.zeros(C, H, dtype=torch.bfloat16, device=cuda_device)
+    layer.warmup(s_x, s_ids, s_w)
+    layer.forward(s_x, s_ids, s_w, live_tokens=s_live, out=out)  # warm the live-count path
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        layer.forward(s_x, s_ids, s_w, live_tokens=s_live, out=out)
+    first_bits: dict[str, torch.Tensor] = {}
+    assert [s.name for s in states] == list(CHANGING_ROUTE_SEQUENCE)
+    for state in states:
+        r = state.ranks[0]
+        t = r.num_tokens
+        s_x.copy_(r.hidden)
+        s_ids.copy_(r.topk_ids)
+        s_w.copy_(r.topk_weights)
+        s_live.fill_(t)
+        _poison(layer, out)
+        replays = []
+        for rep in range(REPLAYS_PER_STATE):
+            graph.replay()
+            if rep in (0, REPLAYS_PER_STATE - 1):
+                torch.cuda.synchronize()
+                replays.append(out.clone())
+        layer.check_errors()  # no bad route in any state
+        first, last = replays
+        assert torch.equal(_bits(first), _bits(last)), state.name
+        tail = first[t:].view(torch.int16)
+        assert bool((tail == _bits(torch.tensor(float("nan"), dtype=torch.bfloat16)).to(
+            tail.device)).all()), f"{state.name}: rows >= T were written"
+        x_l, ids_l, w_l = r.live()
+        eager = layer.forward(x_l, ids_l, w_l)
+        assert torch.equal(_bits(eager), _bits(first[:t])), state.name
+        want = oracle_output(layer.config, W13, W2, x_l, ids_l, w_l)
+        report = compare_rows(first[:t], want, ids_l, "bf16")
+        assert report.problems == (), (state.name, report)
+        first_bits[state.name] = _bits(first[:t])
+    assert torch.equal(first_bits["restored"], first_bits[RESTORED_FROM])
+
+
+def test_bad_routes_under_a_graph_give_nan_rows_and_check_errors_raises(cuda_device) -> None:
+    layer = _layer(cuda_device)
+    x, ids, w = _routes(21, 16, 0.0, cuda_device)
+    layer.warmup(x, ids, w)
+    out = torch.zeros(16, H, dtype=torch.bfloat16, device=cuda_device)
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        layer.forward(x, ids, w, out=out)
+    graph.replay()
+    torch.cuda.synchronize()
+    layer.check_errors()  # clean so far
+    clean = out.clone()
+    ids[5, 1] = E + 3  # out of range
+    first = find_route_violations(ids.cpu(), w.cpu(), E)[0]
+    graph.replay()
+    torch.cuda.synchronize()
+    assert bool(out[5].isnan().all()), "the bad row's output must be NaN"
+    keep = torch.arange(16) != 5
+    assert torch.equal(_bits(out[keep]), _bits(clean[keep]))
+    with pytest.raises(RouteError) as err:
+        layer.check_errors()
+    assert (err.value.row, err.value.slot, err.value.rule) == (first.row, first.slot, first.rule)
+    layer.check_errors()  # the record was cleared
+
+
+def test_eager_route_error_and_bad_metadata_write_nothing(cuda_device) -> None:
+    layer = _layer(cuda_device)
+    x, ids, w = _routes(22, 10, 0.0, cuda_device)
+    layer.warmup(x, ids, w)
+    out = torch.full((10, H), 3.0, dtype=torch.bfloat16, device=cuda_device)
+    ids[2, 0] = ids[2, 1]  # duplicate
+    with pytest.raises(RouteError, match="duplicate_id"):
+        layer.forward(x, ids, w, out=out)
+    assert bool((out == 3.0).all())
+    with pytest.raises(ConfigError, match=r"hidden\.device"):
+        layer.forward(x.cpu(), ids, w, out=out)
+    with pytest.raises(ConfigError, match=r"hidden\.shape"):
+        layer.forward(x[:, :128], ids, w, out=out)
+    assert bool((out == 3.0).all())
+
+
+@pytest.mark.sanitizer
+def test_sanitizer_case_layer_small(cuda_device) -> None:
+    """Designated small case of the whole layer (staging, layout, permute, both grouped
+    GEMMs, combine) for the compute-sanitizer suite."""
+    e, k, h, i, c = 4, 2, 128, 64, 8
+    w13, w2 = _weights(3, e, h, i)
+    layer = MoELayer(LayerConfig(e, k, h, i, c), w13, w2, cuda_device)
+    x, ids, w = _routes(23, 6, 0.3, cuda_device, e=e, k=k, h=h)
+    out = layer.warmup(x, ids, w)
+    assert set(vars(layer.last_paths).values()) == KERNEL_PATHS
+    report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids, "bf16")
+    assert report.problems == (), report
+    layer.destroy()
