@@ -144,7 +144,8 @@ def build_torch_grouped_mm(case: Case, ctx: BuildContext) -> Workload:
         valid = flat >= 0
         key = torch.where(valid, flat, e)
         order = torch.argsort(key, stable=True)
-        counts = torch.bincount(key, minlength=e + 1)[:e]
+        counts = torch.zeros(e + 1, dtype=torch.int64, device=key.device)
+        counts = counts.scatter_add_(0, key, torch.ones_like(key))[:e]  # capturable
         offs = torch.cumsum(counts, 0).to(torch.int32)
         a = x[order // k]
         h1 = torch._grouped_mm(a, w13_t, offs=offs)
