@@ -35,9 +35,11 @@ def _case(routes: str, t: int) -> Case:
 def test_layer_benchmark_declares_the_issue_grid() -> None:
     bench = get_benchmark("layer")
     assert [b.name for b in bench.baselines] == ["torch-grouped-mm"]
-    got = {(c.scenario, c.shape["tokens"]) for c in bench.cases}
-    assert got == {(r, t) for r in ("uniform", "skewed") for t in (1, 4, 16, 64, 256, 1024, 4096)}
-    assert {c.shape["hidden"] for c in bench.cases} == {7168}
+    got = {(c.shape["hidden"], c.shape["inter"], c.shape["experts"], c.shape["top_k"],
+            c.scenario, c.shape["tokens"]) for c in bench.cases}
+    shapes = ((7168, 2048, 256, 8), (2880, 2880, 128, 4))  # DeepSeek-like, gpt-oss-like
+    assert got == {(*s, r, t) for s in shapes for r in ("uniform", "skewed")
+                   for t in (1, 4, 16, 64, 256, 1024, 4096)}
 
 
 @pytest.mark.parametrize(("routes", "t"), [("uniform", 12), ("skewed", 9), ("uniform", 1)])

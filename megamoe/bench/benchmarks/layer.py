@@ -1,10 +1,10 @@
 """``layer``: the whole MoE layer (issue 7) against a stock-PyTorch layer, with the
 weight-streaming floor and the tensor-core rate measured in the same run.
 
-Cases: the DeepSeek-like shape (H=7168, I=2048, E=256, K=8) at T in {1, 4, 16, 64, 256,
-1024, 4096}, with ``uniform`` and ``skewed`` routes from ``fixtures.scenarios`` (one
-definition per scenario). The gpt-oss-like shape (H=2880) is declared but refused by the
-layer today (H must be a multiple of 128, the GEMM's N tile): ``GPT_OSS`` documents it.
+Cases: the DeepSeek-like shape (H=7168, I=2048, E=256, K=8) and the gpt-oss-like shape
+(H=2880, I=2880, E=128, K=4) at T in {1, 4, 16, 64, 256, 1024, 4096}, with ``uniform`` and
+``skewed`` routes from ``fixtures.scenarios`` (one definition per scenario). ``--quick``
+keeps DeepSeek-like T in {1, 16, 256, 4096}.
 
 Arms (bf16 recipe, early weighting, no clamp):
 
@@ -49,7 +49,6 @@ class Shape:
 
 DEEPSEEK = Shape("deepseek", 7168, 2048, 256, 8)
 GPT_OSS = Shape("gptoss", 2880, 2880, 128, 4)
-"""Not run yet: H=2880 is not a multiple of the layer's H tile (128); see docs/perf.md."""
 
 _WEIGHTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -163,13 +162,11 @@ def build_torch_grouped_mm(case: Case, ctx: BuildContext) -> Workload:
 
 def _cases() -> tuple[Case, ...]:
     return tuple(
-        Case(f"{DEEPSEEK.name}-{r}-T{t}", {"tokens": t, "hidden": DEEPSEEK.hidden,
-                                           "inter": DEEPSEEK.inter,
-                                           "experts": DEEPSEEK.experts,
-                                           "top_k": DEEPSEEK.top_k},
-             scenario=r, seed=17, quick=t in QUICK_TOKENS,
+        Case(f"{s.name}-{r}-T{t}", {"tokens": t, "hidden": s.hidden, "inter": s.inter,
+                                    "experts": s.experts, "top_k": s.top_k},
+             scenario=r, seed=17, quick=s is DEEPSEEK and t in QUICK_TOKENS,
              calls_per_sample=10 if t <= FLOOR_MAX_TOKENS else None)
-        for r in ROUTES for t in TOKENS
+        for s in (DEEPSEEK, GPT_OSS) for r in ROUTES for t in TOKENS
     )
 
 
