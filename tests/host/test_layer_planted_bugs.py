@@ -1,0 +1,79 @@
+"""The layer tests can fail: planted bugs in the layer's stages, on the CPU path, are caught
+by the same oracle comparison the GPU tests use (CONTRACTS.md s5, s6, s8)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import megamoe.layer.moe_layer as ml
+from megamoe.layer import LayerConfig, MoELayer
+from megamoe.layer.config import H_MULTIPLE, I_MULTIPLE
+from tests.layer_check import compare_rows, oracle_output
+
+E, K, H, INTER, C = 8, 2, 2 * H_MULTIPLE, I_MULTIPLE, 16
+
+
+def _setup(late: bool = False):
+    g = torch.Generator().manual_seed(40)
+    w13 = (torch.randn(E, 2 * INTER, H, generator=g) / math.sqrt(H)).bfloat16()
+    w2 = (torch.randn(E, H, INTER, generator=g) / math.sqrt(INTER)).bfloat16()
+    cfg = LayerConfig(E, K, H, INTER, C, late_weighting=late)
+    x = torch.randn(12, H, generator=g).bfloat16()
+    ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(12)])
+    ids[4, 1] = -1
+    w = torch.rand(12, K, generator=g) * 0.9 + 0.1
+    w[4, 1] = float("nan")
+    return cfg, w13, w2, x, ids, w
+
+
+def _problems(cfg, w13, w2, x, ids, w) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+    """Warm up, pour NaN into the layer's term buffer (CONTRACTS.md s10: what lies behind
+    masked slots must never matter), run again and judge every row against the oracle."""
+    layer = MoELayer(cfg, w13, w2, "cpu")
+    layer.warmup(x, ids, w)
+    layer._terms.fill_(float("nan"))
+    out = layer.forward(x, ids, w)
+    return compare_rows(out, oracle_output(cfg, w13, w2, x, ids, w), ids, "bf16").problems
+
+
+def test_the_unplanted_layer_passes() -> None:
+    assert _problems(*_setup()) == ()
+
+
+def test_planted_gate_up_not_interleaved_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(ml._gemm, "interleave_gate_up", lambda w: w.contiguous())
+    assert _problems(*_setup())
+
+
+def test_planted_score_dropped_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    real = ml._gemm.grouped_gemm
+
+    def no_scale(*args, **kw):  # type: ignore[no-untyped-def]
+        kw["row_scale"] = None
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ml._gemm, "grouped_gemm", no_scale)
+    assert _problems(*_setup())
+    assert _problems(*_setup(late=True))
+
+
+def test_planted_last_route_not_gathered_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    real = ml._permute.permute_rows
+
+    def short(src, dst, si, di, count):  # type: ignore[no-untyped-def]
+        return real(src, dst, si, di, count - 1)
+
+    monkeypatch.setattr(ml._permute, "permute_rows", short)
+    assert _problems(*_setup())
+
+
+def test_planted_combine_of_masked_slots_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    real = ml._combine.masked_combine
+
+    def with_masked(terms, ids, out, t, **kw):  # type: ignore[no-untyped-def]
+        return real(terms, torch.where(ids == -1, 0, ids), out, t, **kw)
+
+    monkeypatch.setattr(ml._combine, "masked_combine", with_masked)
+    assert _problems(*_setup())
