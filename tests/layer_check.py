@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from oracle.compare import RowReport, active_rows, compare_rows
@@ -10,7 +12,39 @@ from oracle.experts import moe_forward
 from oracle.moe_config import MoEConfig
 from oracle.weights import prepare_weights
 
-__all__ = ["RowReport", "active_rows", "compare_rows", "oracle_config", "oracle_output"]
+__all__ = ["RowReport", "active_rows", "compare_rows", "layer_routes", "layer_weights",
+           "oracle_config", "oracle_output"]
+
+MASKED_JUNK = (float("nan"), float("inf"), float("-inf"))
+"""What masked slots carry in the layer tests (CONTRACTS.md s2: any score, never read)."""
+
+
+def layer_weights(seed: int, e: int, h: int, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """bf16 ``w13 [E, 2I, H]`` (gate rows, then up rows) and ``w2 [E, H, I]``, N(0, 1/fan_in)."""
+    g = torch.Generator().manual_seed(seed)
+    w13 = (torch.randn(e, 2 * i, h, generator=g) / math.sqrt(h)).bfloat16()
+    w2 = (torch.randn(e, h, i, generator=g) / math.sqrt(i)).bfloat16()
+    return w13, w2
+
+
+def layer_routes(seed: int, t: int, *, num_experts: int, top_k: int, hidden: int,
+                 mask_p: float, device: torch.device | str = "cpu",
+                 id_dtype: torch.dtype = torch.int64, score_dtype: torch.dtype = torch.float32,
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(hidden [T, H] bf16, ids [T, K], scores [T, K])``: K distinct experts per row, each
+    slot masked with probability ``mask_p`` (id -1, score NaN/+Inf/-Inf), active scores in
+    [0.05, 1). Generated on the CPU from ``seed``, then moved to ``device``."""
+    g = torch.Generator().manual_seed(seed)
+    k = top_k
+    ids = (torch.rand(t, num_experts, generator=g).argsort(dim=1)[:, :k] if t
+           else torch.zeros(0, k, dtype=torch.int64))
+    masked = torch.rand(t, k, generator=g) < mask_p
+    ids = torch.where(masked, -1, ids)
+    w = torch.rand(t, k, generator=g) * 0.95 + 0.05
+    junk = torch.tensor(MASKED_JUNK)
+    w = torch.where(masked, junk[torch.randint(0, 3, (t, k), generator=g)], w)
+    x = torch.randn(t, hidden, generator=g).bfloat16()
+    return x.to(device), ids.to(id_dtype).to(device), w.to(score_dtype).to(device)
 
 
 def oracle_config(layer_config) -> MoEConfig:  # type: ignore[no-untyped-def]

@@ -13,29 +13,17 @@ from megamoe import ConfigError, RouteError
 from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
 from megamoe.layer.config import H_MULTIPLE, I_MULTIPLE
 from oracle.routing import find_route_violations
-from tests.layer_check import compare_rows, oracle_output
+from tests.layer_check import compare_rows, layer_routes, layer_weights, oracle_output
 
 E, K, H, INTER, C = 8, 2, 2 * H_MULTIPLE, I_MULTIPLE, 16
 
 
 def _weights(seed: int, e: int = E, h: int = H, i: int = INTER):
-    g = torch.Generator().manual_seed(seed)
-    w13 = (torch.randn(e, 2 * i, h, generator=g) / math.sqrt(h)).bfloat16()
-    w2 = (torch.randn(e, h, i, generator=g) / math.sqrt(i)).bfloat16()
-    return w13, w2
+    return layer_weights(seed, e, h, i)
 
 
 def _routes(seed: int, t: int, e: int = E, k: int = K, mask_p: float = 0.25):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(t)]) if t else \
-        torch.zeros(0, k, dtype=torch.int64)
-    masked = torch.rand(t, k, generator=g) < mask_p
-    ids = torch.where(masked, -1, ids)
-    w = torch.rand(t, k, generator=g) * 0.95 + 0.05
-    junk = torch.tensor([float("nan"), float("inf"), float("-inf")])
-    w = torch.where(masked, junk[torch.randint(0, 3, (t, k), generator=g)], w)
-    x = torch.randn(t, H, generator=g).bfloat16()
-    return x, ids, w
+    return layer_routes(seed, t, num_experts=e, top_k=k, hidden=H, mask_p=mask_p)
 
 
 def _layer(cfg: LayerConfig | None = None, seed: int = 0):

@@ -5,8 +5,6 @@ route errors eager and under graphs; bad metadata refused before any launch."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from hypothesis import given
@@ -16,7 +14,7 @@ from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, RESTORED_FROM, make_sequ
 from megamoe import ConfigError, RouteError
 from megamoe.layer import LayerConfig, MoELayer
 from oracle.routing import find_route_violations
-from tests.layer_check import compare_rows, oracle_output
+from tests.layer_check import compare_rows, layer_routes, layer_weights, oracle_output
 
 E, K, H, INTER, C = 8, 2, 256, 128, 300
 REPLAYS_PER_STATE = 17
@@ -26,10 +24,7 @@ SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _weights(seed: int, e: int = E, h: int = H, i: int = INTER):
-    g = torch.Generator().manual_seed(seed)
-    w13 = (torch.randn(e, 2 * i, h, generator=g) / math.sqrt(h)).bfloat16()
-    w2 = (torch.randn(e, h, i, generator=g) / math.sqrt(i)).bfloat16()
-    return w13, w2
+    return layer_weights(seed, e, h, i)
 
 
 W13, W2 = _weights(0)
@@ -46,16 +41,8 @@ def _layer(dev, clamp=None, late=False) -> MoELayer:  # type: ignore[no-untyped-
 
 def _routes(seed: int, t: int, mask_p: float, dev, id_dtype=torch.int64,
             score_dtype=torch.float32, e: int = E, k: int = K, h: int = H):
-    g = torch.Generator().manual_seed(seed)
-    ids = (torch.rand(t, e, generator=g).argsort(dim=1)[:, :k] if t
-           else torch.zeros(0, k, dtype=torch.int64))
-    masked = torch.rand(t, k, generator=g) < mask_p
-    ids = torch.where(masked, -1, ids)
-    w = torch.rand(t, k, generator=g) * 0.95 + 0.05
-    junk = torch.tensor([float("nan"), float("inf"), float("-inf")])
-    w = torch.where(masked, junk[torch.randint(0, 3, (t, k), generator=g)], w)
-    x = torch.randn(t, h, generator=g).bfloat16()
-    return x.to(dev), ids.to(id_dtype).to(dev), w.to(score_dtype).to(dev)
+    return layer_routes(seed, t, num_experts=e, top_k=k, hidden=h, mask_p=mask_p, device=dev,
+                        id_dtype=id_dtype, score_dtype=score_dtype)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
