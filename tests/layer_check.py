@@ -54,7 +54,14 @@ def oracle_config(layer_config) -> MoEConfig:  # type: ignore[no-untyped-def]
 
 
 def oracle_output(layer_config, w13, w2, hidden, ids, weights) -> torch.Tensor:  # type: ignore[no-untyped-def]
-    """The oracle's ``moe_forward`` on the CPU (float32 IEEE GEMMs) for the same inputs."""
+    """The oracle's ``moe_forward`` on the CPU (float32 IEEE GEMMs) for the same inputs.
+
+    ``w13``/``w2``: float tensors (the oracle prepares them for the recipe, as the layer
+    does) or prequantized MXFP4 weights (anything with ``codes`` and ``scales``)."""
     cfg = oracle_config(layer_config)
-    ew = prepare_weights(w13.cpu(), w2.cpu(), cfg)
+    if hasattr(w13, "codes"):
+        ew = prepare_weights(w13.codes.cpu(), w2.codes.cpu(), cfg,
+                             w13_scale=w13.scales.cpu(), w2_scale=w2.scales.cpu())
+    else:
+        ew = prepare_weights(w13.cpu(), w2.cpu(), cfg)
     return moe_forward(hidden.cpu(), ids.cpu(), weights.cpu(), ew, cfg)

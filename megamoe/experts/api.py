@@ -47,20 +47,26 @@ from megamoe.experts.grouped_gemm_kernel import (
     KernelConfig,
     default_config,
 )
+from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.staging.compile_cache import CompileDuringCaptureError
+from megamoe.staging.constants import MX_BLOCK
 
 PATH_KERNEL = "kernel"
 PATH_TORCH = "torch"
 _I32_LIMIT = 2**31 - 1
 _HOPPER = (9, 0)
 
-_CACHE: dict[tuple[str, int, int, str, str], object] = {}
+_CACHE: dict[tuple[object, ...], object] = {}
+OUT_DTYPES = (torch.bfloat16, torch.float32)
+PRE_LANES = 4
+"""Columns of ``pre_scale``: the safe-FP8 scale wire ``[rows, 4]`` (CONTRACTS.md s4)."""
 COMPILE_COUNT = {"n": 0}
 
 __all__ = [
     "PATH_KERNEL",
     "PATH_TORCH",
     "CompileDuringCaptureError",
+    "Mxfp4Matrix",
     "capacity_rows",
     "grouped_gemm",
     "grouped_gemm_torch",
@@ -105,21 +111,27 @@ def _out_cols(mode: str, n: int) -> int:
     return n // 2 if mode == "swiglu" else n
 
 
-def _check(a, b, seg_start, counts, out, mode, row_scale, clamp) -> tuple[int, int, int, int]:
-    """Metadata checks (CONTRACTS.md s2 style); returns (M_cap, E, N, K)."""
-    if mode not in MODES:
-        raise ConfigError("mode", f"one of {MODES}", repr(mode))
-    for name, t in (("a", a), ("b", b), ("seg_start", seg_start), ("counts", counts),
-                    ("out", out)):
-        if not isinstance(t, torch.Tensor):
-            raise ConfigError(name, "a torch.Tensor", type(t).__name__)
-    if a.dtype != torch.bfloat16:
-        raise ConfigError("a.dtype", torch.bfloat16, a.dtype)
-    if a.dim() != 2:
-        raise ConfigError("a", "2-D [M_cap, K]", tuple(a.shape))
-    if not a.is_contiguous():
-        raise ConfigError("a", "contiguous", f"strides {a.stride()}")
-    m_cap, k = a.shape
+def _check_b(b: object, k: int) -> tuple[int, int, str]:
+    """``b`` metadata: bf16 ``[E, N, K]`` or an ``Mxfp4Matrix``; returns (E, N, weights)."""
+    if isinstance(b, Mxfp4Matrix):
+        codes, scales = b.codes, b.scales
+        for name, t in (("b.codes", codes), ("b.scales", scales)):
+            if not isinstance(t, torch.Tensor):
+                raise ConfigError(name, "a torch.Tensor", type(t).__name__)
+            if t.dtype != torch.uint8:
+                raise ConfigError(f"{name}.dtype", torch.uint8, t.dtype)
+            if t.dim() != 3 or not t.is_contiguous():
+                raise ConfigError(name, "contiguous 3-D", f"{tuple(t.shape)} {t.stride()}")
+        e, n, half = codes.shape
+        if half * 2 != k:
+            raise ConfigError("b.codes.shape[2]", f"K / 2 = {k // 2}", half)
+        if tuple(scales.shape) != (e, n, k // MX_BLOCK):
+            raise ConfigError("b.scales.shape", (e, n, k // MX_BLOCK), tuple(scales.shape))
+        if scales.device != codes.device:
+            raise ConfigError("b.scales.device", str(codes.device), str(scales.device))
+        return int(e), int(n), "mxfp4"
+    if not isinstance(b, torch.Tensor):
+        raise ConfigError("b", "a torch.Tensor or an Mxfp4Matrix", type(b).__name__)
     if b.dtype != torch.bfloat16:
         raise ConfigError("b.dtype", torch.bfloat16, b.dtype)
     if b.dim() != 3:
@@ -129,6 +141,25 @@ def _check(a, b, seg_start, counts, out, mode, row_scale, clamp) -> tuple[int, i
     e, n, kb = b.shape
     if kb != k:
         raise ConfigError("b.shape[2]", f"K = a.shape[1] = {k}", kb)
+    return int(e), int(n), "bf16"
+
+
+def _check(a, b, seg_start, counts, out, mode, row_scale, clamp,
+           pre_scale=None) -> tuple[int, int, int, int]:
+    """Metadata checks (CONTRACTS.md s2 style); returns (M_cap, E, N, K)."""
+    if mode not in MODES:
+        raise ConfigError("mode", f"one of {MODES}", repr(mode))
+    for name, t in (("a", a), ("seg_start", seg_start), ("counts", counts), ("out", out)):
+        if not isinstance(t, torch.Tensor):
+            raise ConfigError(name, "a torch.Tensor", type(t).__name__)
+    if a.dtype != torch.bfloat16:
+        raise ConfigError("a.dtype", torch.bfloat16, a.dtype)
+    if a.dim() != 2:
+        raise ConfigError("a", "2-D [M_cap, K]", tuple(a.shape))
+    if not a.is_contiguous():
+        raise ConfigError("a", "contiguous", f"strides {a.stride()}")
+    m_cap, k = a.shape
+    e, n, _ = _check_b(b, k)
     if k == 0 or k % TILE_K:
         raise ConfigError("K (a.shape[1])", f"a positive multiple of TILE_K={TILE_K}", k)
     if n == 0 or n % TILE_N:
@@ -143,8 +174,9 @@ def _check(a, b, seg_start, counts, out, mode, row_scale, clamp) -> tuple[int, i
     if not (seg_start.is_contiguous() and counts.is_contiguous()):
         raise ConfigError("seg_start/counts", "contiguous", "non-contiguous")
     want = (m_cap, _out_cols(mode, n))
-    if out.dtype != torch.bfloat16 or tuple(out.shape) != want:
-        raise ConfigError("out", f"bfloat16 {want}", f"{out.dtype} {tuple(out.shape)}")
+    if out.dtype not in OUT_DTYPES or tuple(out.shape) != want:
+        raise ConfigError("out", f"bfloat16 or float32 {want}",
+                          f"{out.dtype} {tuple(out.shape)}")
     if not out.is_contiguous():
         raise ConfigError("out", "contiguous", f"strides {out.stride()}")
     if row_scale is not None and (
@@ -154,12 +186,23 @@ def _check(a, b, seg_start, counts, out, mode, row_scale, clamp) -> tuple[int, i
         got = (f"{row_scale.dtype} {tuple(row_scale.shape)}"
                if isinstance(row_scale, torch.Tensor) else type(row_scale).__name__)
         raise ConfigError("row_scale", f"None or contiguous float32 [{m_cap}]", got)
+    if pre_scale is not None and (
+        not isinstance(pre_scale, torch.Tensor) or pre_scale.dtype != torch.float32
+        or tuple(pre_scale.shape) != (m_cap, PRE_LANES) or not pre_scale.is_contiguous()
+    ):
+        got = (f"{pre_scale.dtype} {tuple(pre_scale.shape)}"
+               if isinstance(pre_scale, torch.Tensor) else type(pre_scale).__name__)
+        raise ConfigError("pre_scale", f"None or contiguous float32 [{m_cap}, {PRE_LANES}]",
+                          got)
     if clamp is not None:
         if mode != "swiglu":
             raise ConfigError("clamp", "None for mode 'plain'", clamp)
         if not (isinstance(clamp, int | float) and math.isfinite(clamp) and clamp >= 0):
             raise ConfigError("clamp", "None or a finite number >= 0", clamp)
-    tensors = [a, b, seg_start, counts, out] + ([row_scale] if row_scale is not None else [])
+    b_tensors = [b.codes, b.scales] if isinstance(b, Mxfp4Matrix) else [b]
+    tensors = [a, *b_tensors, seg_start, counts, out] + [
+        t for t in (row_scale, pre_scale) if t is not None
+    ]
     devices = {t.device for t in tensors}
     if len(devices) != 1:
         raise ConfigError("devices", "all tensors on one device", sorted(map(str, devices)))
@@ -170,16 +213,19 @@ def _check(a, b, seg_start, counts, out, mode, row_scale, clamp) -> tuple[int, i
 
 
 def grouped_gemm_torch(
-    a: torch.Tensor, b: torch.Tensor, seg_start: torch.Tensor, counts: torch.Tensor,
-    out: torch.Tensor, *, mode: str, row_scale: torch.Tensor | None = None,
-    clamp: float | None = None,
+    a: torch.Tensor, b: torch.Tensor | Mxfp4Matrix, seg_start: torch.Tensor,
+    counts: torch.Tensor, out: torch.Tensor, *, mode: str,
+    row_scale: torch.Tensor | None = None, clamp: float | None = None,
+    pre_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The PyTorch path: the same contract as ``grouped_gemm`` (float32 products, IEEE float32
-    matmul, float32 epilogue, one bf16 rounding). Reads ``seg_start`` / ``counts`` on the host
-    (a sync: not capturable). Writes the live rows of ``out`` only; returns ``out``."""
-    m_cap, e, _, _ = _check(a, b, seg_start, counts, out, mode, row_scale, clamp)
+    matmul, float32 epilogue, one rounding to ``out``'s dtype). Reads ``seg_start`` /
+    ``counts`` on the host (a sync: not capturable). Writes the live rows of ``out`` only;
+    returns ``out``."""
+    m_cap, e, _, _ = _check(a, b, seg_start, counts, out, mode, row_scale, clamp, pre_scale)
     starts = seg_start.tolist()
     cnts = counts.tolist()
+    b_float = b.dequantize() if isinstance(b, Mxfp4Matrix) else None
     backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
     saved = [bk.fp32_precision for bk in backends]
     for bk in backends:
@@ -190,7 +236,10 @@ def grouped_gemm_torch(
             hi = min(lo + max(cnts[x], 0), starts[x + 1], m_cap)
             if hi <= lo:
                 continue
-            h = a[lo:hi].float() @ b[x].float().t()
+            w = b_float[x] if b_float is not None else b[x].float()
+            h = a[lo:hi].float() @ w.t()
+            if pre_scale is not None:
+                h = h * pre_scale[lo:hi, :1]
             if mode == "swiglu":
                 gate, up = h[:, 0::2], h[:, 1::2]
                 if clamp is not None:
@@ -201,7 +250,7 @@ def grouped_gemm_torch(
                 h = up * gate * (1.0 / (1.0 + torch.exp(-gate)))
             if row_scale is not None:
                 h = h * row_scale[lo:hi].unsqueeze(1)
-            out[lo:hi] = h.to(torch.bfloat16)
+            out[lo:hi] = h.to(out.dtype)
     finally:
         for bk, old in zip(backends, saved, strict=True):
             bk.fp32_precision = old
@@ -217,41 +266,65 @@ def kernel_supported(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == _HOPPER
 
 
+WEIGHT_KINDS = ("bf16", "mxfp4")
+
+
+def _default_config(weights: str, n: int) -> KernelConfig:
+    if weights == "mxfp4":
+        from megamoe.experts.mxfp4_gemm_kernel import mxfp4_default_config
+
+        return mxfp4_default_config(n)
+    return default_config(n)
+
+
 def _compiled(mode: str, n: int, k: int, device: torch.device,
-              cfg: KernelConfig | None = None):
-    cfg = cfg if cfg is not None else default_config(n)
-    key = (mode, n, k, cfg.name, str(device))
+              cfg: KernelConfig | None = None, weights: str = "bf16",
+              out_f32: bool = False):
+    cfg = cfg if cfg is not None else _default_config(weights, n)
+    key = (mode, n, k, cfg.name, weights, out_f32, str(device))
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
     if _capturing(device):
         raise CompileDuringCaptureError(
-            f"grouped GEMM (mode={mode!r}, N={n}, K={k}, config {cfg.name}) on {device} is not "
-            "compiled and a CUDA graph is being captured: call "
-            "megamoe.experts.api.warmup(mode, N, K, device) before capture (CONTRACTS.md s9)"
+            f"grouped GEMM (mode={mode!r}, N={n}, K={k}, config {cfg.name}, weights "
+            f"{weights}, float32 out {out_f32}) on {device} is not compiled and a CUDA graph "
+            "is being captured: call megamoe.experts.api.warmup(...) before capture "
+            "(CONTRACTS.md s9)"
         )
-    from megamoe.experts.grouped_gemm_kernel import compile_grouped_gemm
-
     with torch.cuda.device(device):
-        compiled = compile_grouped_gemm(mode, n, k, cfg)
+        if weights == "mxfp4":
+            from megamoe.experts.mxfp4_gemm_kernel import compile_mxfp4_gemm
+
+            compiled = compile_mxfp4_gemm(mode, n, k, cfg, out_f32=out_f32)
+        else:
+            from megamoe.experts.grouped_gemm_kernel import compile_grouped_gemm
+
+            compiled = compile_grouped_gemm(mode, n, k, cfg, out_f32=out_f32)
     COMPILE_COUNT["n"] += 1
     _CACHE[key] = compiled
     return compiled
 
 
 def warmup(mode: str, n: int, k: int, device: torch.device | str,
-           config: KernelConfig | None = None) -> None:
-    """Compile the kernel for (mode, N, K, config) on ``device`` ahead of CUDA-graph capture."""
+           config: KernelConfig | None = None, *, weights: str = "bf16",
+           out_dtype: torch.dtype = torch.bfloat16) -> None:
+    """Compile the kernel for (mode, N, K, config, weight kind, output dtype) on ``device``
+    ahead of CUDA-graph capture."""
     if mode not in MODES:
         raise ConfigError("mode", f"one of {MODES}", repr(mode))
+    if weights not in WEIGHT_KINDS:
+        raise ConfigError("weights", f"one of {WEIGHT_KINDS}", repr(weights))
+    if out_dtype not in OUT_DTYPES:
+        raise ConfigError("out_dtype", f"one of {OUT_DTYPES}", out_dtype)
     if n <= 0 or n % TILE_N:
         raise ConfigError("N", f"a positive multiple of TILE_N={TILE_N}", n)
     if k <= 0 or k % TILE_K:
         raise ConfigError("K", f"a positive multiple of TILE_K={TILE_K}", k)
-    cfg = config if config is not None else default_config(n)
+    cfg = config if config is not None else _default_config(weights, n)
     if n % cfg.tile_n:
         raise ConfigError("N", f"a multiple of config.tile_n={cfg.tile_n}", n)
-    _compiled(mode, n, k, torch.device(device), cfg)
+    _compiled(mode, n, k, torch.device(device), cfg, weights, out_dtype == torch.float32)
 
 
 _SM_COUNT: dict[str, int] = {}
@@ -272,19 +345,29 @@ def _ptr(dtype, t: torch.Tensor, align: int):
 
 
 def grouped_gemm(
-    a: torch.Tensor, b: torch.Tensor, seg_start: torch.Tensor, counts: torch.Tensor,
-    out: torch.Tensor, *, mode: str, row_scale: torch.Tensor | None = None,
-    clamp: float | None = None, config: KernelConfig | None = None,
-    max_ctas: int | None = None,
+    a: torch.Tensor, b: torch.Tensor | Mxfp4Matrix, seg_start: torch.Tensor,
+    counts: torch.Tensor, out: torch.Tensor, *, mode: str,
+    row_scale: torch.Tensor | None = None, clamp: float | None = None,
+    config: KernelConfig | None = None, max_ctas: int | None = None,
+    pre_scale: torch.Tensor | None = None,
 ) -> str:
     """Run the grouped GEMM (module docstring); returns the path taken (``"kernel"`` on a
-    Hopper GPU, else ``"torch"``). Never modifies its inputs; writes live rows of ``out``.
-    ``config`` picks a compiled variant (default ``default_config(N)``); ``max_ctas`` caps the
-    grid of the persistent (``ws``) variants (default: the device's SM count)."""
-    m_cap, e, n, k = _check(a, b, seg_start, counts, out, mode, row_scale, clamp)
-    cfg = config if config is not None else default_config(n)
+    Hopper GPU, else ``"torch"``). Never modifies its inputs; writes live rows of ``out``
+    (bf16, or float32: one rounding of the float32 epilogue either way).
+
+    ``b``: bf16 ``[E, N, K]`` or an ``Mxfp4Matrix`` (decoded to bf16 inside the mainloop,
+    exactly). ``pre_scale`` (float32 ``[M_cap, 4]``, the safe-FP8 scale wire, lane 0 read):
+    multiplies the accumulators before the epilogue math (FC1: before the clamp and SwiGLU).
+    ``config`` picks a compiled variant (default ``default_config(N)``, or
+    ``mxfp4_default_config(N)`` for MXFP4 weights); ``max_ctas`` caps the grid of the
+    persistent (``ws``) variants (default: the device's SM count)."""
+    m_cap, e, n, k = _check(a, b, seg_start, counts, out, mode, row_scale, clamp, pre_scale)
+    weights = "mxfp4" if isinstance(b, Mxfp4Matrix) else "bf16"
+    cfg = config if config is not None else _default_config(weights, n)
     if n % cfg.tile_n:
         raise ConfigError("N (b.shape[1])", f"a multiple of config.tile_n={cfg.tile_n}", n)
+    if weights == "mxfp4" and cfg.ws:
+        raise ConfigError("config", "a non-persistent variant for MXFP4 weights", cfg.name)
     if max_ctas is not None and not (isinstance(max_ctas, int) and 1 <= max_ctas <= _I32_LIMIT):
         raise ConfigError("max_ctas", "None or an int >= 1", max_ctas)
     if not kernel_supported(a.device):
@@ -292,26 +375,38 @@ def grouped_gemm(
             raise ConfigError("device", "a Hopper GPU under CUDA-graph capture",
                               torch.cuda.get_device_name(a.device))
         grouped_gemm_torch(a, b, seg_start, counts, out, mode=mode, row_scale=row_scale,
-                           clamp=clamp)
+                           clamp=clamp, pre_scale=pre_scale)
         return PATH_TORCH
-    for name, t in (("a", a), ("b", b)):
+    b_tensors = (("b.codes", b.codes),) if isinstance(b, Mxfp4Matrix) else (("b", b),)
+    for name, t in (("a", a), *b_tensors):
         if t.data_ptr() % 16:
             raise ConfigError(f"{name}.data_ptr()", "16-byte aligned (TMA)", t.data_ptr())
-    compiled = _compiled(mode, n, k, a.device, cfg)
+    out_f32 = out.dtype == torch.float32
+    compiled = _compiled(mode, n, k, a.device, cfg, weights, out_f32)
     if m_cap == 0:
         return PATH_KERNEL
 
     import cuda.bindings.driver as cuda
-    from cutlass import BFloat16, Float32, Int32
+    from cutlass import BFloat16, Float32, Int32, Uint8
 
     scale = row_scale if row_scale is not None else counts  # never read when use_scale == 0
+    pre = pre_scale if pre_scale is not None else counts  # never read when use_pre == 0
+    out_ptr = _ptr(Float32, out, 4) if out_f32 else _ptr(BFloat16, out, 2)
+    stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
+    flags = (1 if row_scale is not None else 0, 1 if pre_scale is not None else 0)
+    clamp_v = math.inf if clamp is None else float(clamp)
+    if weights == "mxfp4":
+        compiled(
+            _ptr(BFloat16, a, 16), _ptr(Uint8, b.codes, 16), _ptr(Uint8, b.scales, 1),
+            out_ptr, _ptr(Int32, seg_start, 4), _ptr(Int32, counts, 4),
+            _ptr(Float32, scale, 4), _ptr(Float32, pre, 4), m_cap, e, *flags, clamp_v, stream,
+        )
+        return PATH_KERNEL
     if max_ctas is None:
         max_ctas = _sm_count(a.device)
-    stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
     compiled(
-        _ptr(BFloat16, a, 16), _ptr(BFloat16, b, 16), _ptr(BFloat16, out, 2),
+        _ptr(BFloat16, a, 16), _ptr(BFloat16, b, 16), out_ptr,
         _ptr(Int32, seg_start, 4), _ptr(Int32, counts, 4), _ptr(Float32, scale, 4),
-        m_cap, e, 1 if row_scale is not None else 0,
-        math.inf if clamp is None else float(clamp), max_ctas, stream,
+        _ptr(Float32, pre, 4), m_cap, e, *flags, clamp_v, max_ctas, stream,
     )
     return PATH_KERNEL

@@ -74,6 +74,8 @@ WS_CONSUMER_REGS = 232
 MAX_EXPERTS = 1024
 MODES = ("swiglu", "plain")
 _ALIGN = 1024
+PRE_LANES = 4
+"""Lanes of the safe-FP8 scale wire ``[rows, 4]`` (CONTRACTS.md s4); the epilogue reads lane 0."""
 
 
 @dataclass(frozen=True)
@@ -114,34 +116,18 @@ def default_config(n: int) -> KernelConfig:
     raise ValueError(f"N: expected a multiple of {TILE_N}, got {n}")
 
 
-def _make(mode: str, n: int, k: int, cfg: KernelConfig):
-    """Kernel and launcher for one (mode, N, K, config); ``M_cap`` and ``E`` are runtime."""
-    if mode not in MODES:
-        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
-    swiglu = mode == "swiglu"
-    tile_n, stages = cfg.tile_n, cfg.stages
-    n_out = n // 2 if swiglu else n
-    n_tiles = n // tile_n
-    k_tiles = k // TILE_K
-    tile_mnk = (TILE_M, tile_n, TILE_K)
-    stage_elems = (TILE_M + tile_n) * TILE_K
-    tx_bytes = stage_elems * 2
+def make_locate(n_tiles: int):
+    """``locate(tile, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live, live_end)``
+    for a grid of ``n_tiles`` column tiles (shared by every variant of the grouped GEMM).
 
-    @cute.struct
-    class Storage:
-        bars: cute.struct.MemRange[cutlass.Int64, stages * 2]
-        sa: cute.struct.Align[cute.struct.MemRange[BFloat16, TILE_M * TILE_K * stages], _ALIGN]
-        sb: cute.struct.Align[cute.struct.MemRange[BFloat16, tile_n * TILE_K * stages], _ALIGN]
+    Raster: ``GROUP_M`` consecutive M tiles per N tile (a wave shares A and B in L2).
+    Expert: ``e = #{j in [1, E) : seg_start[j] <= row0}``, counted over the lanes of the
+    calling warp and summed with a warp reduction (every warp gets the same value).
+    """
 
     @cute.jit
     def locate(tile: Int32, m_cap: Int32, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
                num_experts: Int32):
-        """Tile ``tile`` of the grouped raster -> (pid_m, pid_n, e, row0, live, live_end).
-
-        Raster: ``GROUP_M`` consecutive M tiles per N tile (a wave shares A and B in L2).
-        Expert: ``e = #{j in [1, E) : seg_start[j] <= row0}``, counted over the lanes of the
-        calling warp and summed with a warp reduction (every warp gets the same value).
-        """
         m_tiles = (m_cap + (TILE_M - 1)) // TILE_M
         group = tile // (GROUP_M * n_tiles)
         first_m = group * GROUP_M
@@ -163,14 +149,30 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig):
         live = (start <= row0) & (row0 < live_end)
         return pid_m, pid_n, e, row0, live, live_end
 
+    return locate
+
+
+def make_store(swiglu: bool, n_out: int, out_f32: bool):
+    """The epilogue of one thread's accumulators (module docstring): float32 math, one
+    rounding to the output type (bf16, or float32 when ``out_f32``), rows at or past
+    ``live_end`` not stored.
+
+    ``use_pre``: multiply every accumulator by ``pre[row, 0]`` first (``pre`` float32
+    ``[M_cap, PRE_LANES]``, the safe-FP8 dequant scale wire of CONTRACTS.md s4: FC1 applies
+    A1's ``d`` to ``h1`` before the clamp and SwiGLU, FC2 applies A2's ``d`` to ``h2``);
+    ``use_scale``: multiply the result by ``scale[row]`` (the score: early weighting after
+    SwiGLU, late weighting after FC2).
+    """
+    out_type = Float32 if out_f32 else BFloat16
+
     @cute.jit
     def store(acc: cute.Tensor, c_coord: cute.Tensor, out_ptr: cute.Pointer,
-              scale_ptr: cute.Pointer, m_cap: Int32, row0: Int32, col0: Int32,
-              live_end: Int32, use_scale: Int32, clamp: Float32):
-        """Epilogue of one thread's accumulators: float32 math, one bf16 rounding, rows at or
-        past ``live_end`` not stored (module docstring)."""
+              scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32, row0: Int32,
+              col0: Int32, live_end: Int32, use_scale: Int32, use_pre: Int32,
+              clamp: Float32):
         m_out = cute.make_tensor(out_ptr, cute.make_layout((m_cap, n_out), stride=(n_out, 1)))
         m_scale = cute.make_tensor(scale_ptr, cute.make_layout(m_cap))
+        m_pre = cute.make_tensor(pre_ptr, cute.make_layout(m_cap, stride=PRE_LANES))
         if cutlass.const_expr(swiglu):
             for i in cutlass.range_constexpr(cute.size(acc) // 2):
                 crd = c_coord[2 * i]
@@ -178,6 +180,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig):
                 if row < live_end:
                     gate = Float32(acc[2 * i])
                     up = Float32(acc[2 * i + 1])
+                    if use_pre != Int32(0):
+                        gate = gate * m_pre[row]
+                        up = up * m_pre[row]
                     gate = Float32(cutlass.select_(gate > clamp, clamp, gate))
                     up = Float32(cutlass.select_(up > clamp, clamp, up))
                     up = Float32(cutlass.select_(up < -clamp, -clamp, up))
@@ -185,16 +190,44 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig):
                     act = up * gate * sig
                     if use_scale != Int32(0):
                         act = act * m_scale[row]
-                    m_out[row, (col0 + crd[1]) // 2] = act.to(BFloat16)
+                    m_out[row, (col0 + crd[1]) // 2] = act.to(out_type)
         else:
             for i in cutlass.range_constexpr(cute.size(acc)):
                 crd = c_coord[i]
                 row = row0 + crd[0]
                 if row < live_end:
                     h = Float32(acc[i])
+                    if use_pre != Int32(0):
+                        h = h * m_pre[row]
                     if use_scale != Int32(0):
                         h = h * m_scale[row]
-                    m_out[row, col0 + crd[1]] = h.to(BFloat16)
+                    m_out[row, col0 + crd[1]] = h.to(out_type)
+
+    return store
+
+
+
+def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
+    """Kernel and launcher for one (mode, N, K, config, output type) with bf16 ``b``;
+    ``M_cap`` and ``E`` are runtime."""
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    swiglu = mode == "swiglu"
+    tile_n, stages = cfg.tile_n, cfg.stages
+    n_out = n // 2 if swiglu else n
+    n_tiles = n // tile_n
+    k_tiles = k // TILE_K
+    tile_mnk = (TILE_M, tile_n, TILE_K)
+    stage_elems = (TILE_M + tile_n) * TILE_K
+    tx_bytes = stage_elems * 2
+    locate = make_locate(n_tiles)
+    store = make_store(swiglu, n_out, out_f32)
+
+    @cute.struct
+    class Storage:
+        bars: cute.struct.MemRange[cutlass.Int64, stages * 2]
+        sa: cute.struct.Align[cute.struct.MemRange[BFloat16, TILE_M * TILE_K * stages], _ALIGN]
+        sb: cute.struct.Align[cute.struct.MemRange[BFloat16, tile_n * TILE_K * stages], _ALIGN]
 
     @cute.kernel
     def kernel(
@@ -202,8 +235,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig):
         tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
         out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-        scale_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
-        use_scale: Int32, clamp: Float32,
+        scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
+        use_scale: Int32, use_pre: Int32, clamp: Float32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
@@ -301,8 +334,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig):
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
-            store(acc, c_coord, out_ptr, scale_ptr, m_cap, row0, pid_n * tile_n, live_end,
-                  use_scale, clamp)
+            store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0, pid_n * tile_n,
+                  live_end, use_scale, use_pre, clamp)
 
     @cute.kernel
     def kernel_ws(
@@ -310,8 +343,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig):
         tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
         out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-        scale_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
-        use_scale: Int32, clamp: Float32,
+        scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
+        use_scale: Int32, use_pre: Int32, clamp: Float32,
     ):
         """Warp-specialized persistent variant: warpgroup 0 (warp 0) loads, warpgroups 1-2
         compute and store; every CTA walks tiles ``bid, bid + grid, ...`` of the raster, and
@@ -414,16 +447,16 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig):
                     cute.nvgpu.warpgroup.wait_group(0)
                     mainloop.consumer_release(release)
                     release.advance()
-                    store(acc, c_coord, out_ptr, scale_ptr, m_cap, row0, pid_n * tile_n,
-                          live_end, use_scale, clamp)
+                    store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0,
+                          pid_n * tile_n, live_end, use_scale, use_pre, clamp)
                 tile = tile + grid
 
     @cute.jit
     def launch(
         a_ptr: cute.Pointer, b_ptr: cute.Pointer, out_ptr: cute.Pointer,
         seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer, scale_ptr: cute.Pointer,
-        m_cap: Int32, num_experts: Int32, use_scale: Int32, clamp: Float32,
-        max_ctas: Int32, stream: cuda.CUstream,
+        pre_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32, use_scale: Int32,
+        use_pre: Int32, clamp: Float32, max_ctas: Int32, stream: cuda.CUstream,
     ):
         m_a = cute.make_tensor(a_ptr, cute.make_layout((m_cap, k), stride=(k, 1)))
         m_b = cute.make_tensor(b_ptr, cute.make_layout((n, k, num_experts), stride=(k, 1, n * k)))
@@ -445,13 +478,15 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig):
         if cutlass.const_expr(cfg.ws):
             kernel_ws(
                 tma_a, t_a, tma_b, t_b, tiled_mma, a_layout, b_layout,
-                out_ptr, seg_ptr, cnt_ptr, scale_ptr, m_cap, num_experts, use_scale, clamp,
+                out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts, use_scale,
+                use_pre, clamp,
             ).launch(grid=[cutlass.max(cutlass.min(tiles, max_ctas), Int32(1)), 1, 1],
                      block=[THREADS + 128, 1, 1], stream=stream)
         else:
             kernel(
                 tma_a, t_a, tma_b, t_b, tiled_mma, a_layout, b_layout,
-                out_ptr, seg_ptr, cnt_ptr, scale_ptr, m_cap, num_experts, use_scale, clamp,
+                out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts, use_scale,
+                use_pre, clamp,
             ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream)
 
     return launch
@@ -465,26 +500,29 @@ def _fake_ptr(dtype, align: int):
 
 
 def compile_grouped_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
-                         ptrs=None, stream=None):
-    """``cute.compile`` the grouped GEMM for one (mode, N, K, config; default
-    ``default_config(n)``).
+                         ptrs=None, stream=None, out_f32: bool = False):
+    """``cute.compile`` the bf16 grouped GEMM for one (mode, N, K, config; default
+    ``default_config(n)``; output bf16, or float32 when ``out_f32``).
 
-    ``ptrs`` (a, b, out, seg_start, counts, row_scale pointers) default to fake addresses (the
-    offline compile gate); the compiled object takes the launcher's runtime arguments
-    ``(a, b, out, seg_start, counts, row_scale, m_cap, E, use_scale, clamp, max_ctas, stream)``
-    (``max_ctas``: the grid of the persistent ``ws`` variants, e.g. the number of SMs).
+    ``ptrs`` (a, b, out, seg_start, counts, row_scale, pre_scale pointers) default to fake
+    addresses (the offline compile gate); the compiled object takes the launcher's runtime
+    arguments ``(a, b, out, seg_start, counts, row_scale, pre_scale, m_cap, E, use_scale,
+    use_pre, clamp, max_ctas, stream)`` (``max_ctas``: the grid of the persistent ``ws``
+    variants, e.g. the number of SMs).
     """
     cfg = cfg if cfg is not None else default_config(n)
     if n % cfg.tile_n or k % TILE_K:
         raise ValueError(f"N, K: expected multiples of ({cfg.tile_n}, {TILE_K}), got ({n}, {k})")
     if ptrs is None:
         ptrs = (
-            _fake_ptr(BFloat16, 16), _fake_ptr(BFloat16, 16), _fake_ptr(BFloat16, 2),
+            _fake_ptr(BFloat16, 16), _fake_ptr(BFloat16, 16),
+            _fake_ptr(Float32 if out_f32 else BFloat16, 4 if out_f32 else 2),
             _fake_ptr(Int32, 4), _fake_ptr(Int32, 4), _fake_ptr(Float32, 4),
+            _fake_ptr(Float32, 16),
         )
     return cute.compile(
-        _make(mode, n, k, cfg), *ptrs, Int32(TILE_M), Int32(1), Int32(0), Float32(0.0),
-        Int32(1), stream if stream is not None else cuda.CUstream(0),
+        _make(mode, n, k, cfg, out_f32), *ptrs, Int32(TILE_M), Int32(1), Int32(0), Int32(0),
+        Float32(0.0), Int32(1), stream if stream is not None else cuda.CUstream(0),
     )
 
 

@@ -2,6 +2,6 @@
 GEMMs and masked combine behind one object (``MoELayer``, built from a ``LayerConfig``)."""
 
 from megamoe.layer.config import LAYER_RECIPES, LayerConfig
-from megamoe.layer.moe_layer import MoELayer, StagePaths
+from megamoe.layer.moe_layer import MoELayer
 
-__all__ = ["LAYER_RECIPES", "LayerConfig", "MoELayer", "StagePaths"]
+__all__ = ["LAYER_RECIPES", "LayerConfig", "MoELayer"]

@@ -17,9 +17,10 @@ from megamoe.experts.grouped_gemm_kernel import TILE_K, TILE_N
 
 KNOWN_RECIPES = ("bf16", "mxfp8", "nvfp4", "fp8_mxfp4")
 """Every recipe of CONTRACTS.md s5."""
-LAYER_RECIPES = ("bf16",)
-"""Recipes the layer runs today. The others are refused with a ConfigError that says so
-(issue 7 tracks them); the layer never silently computes a different recipe."""
+LAYER_RECIPES = ("bf16", "fp8_mxfp4")
+"""Recipes the layer runs today. The others (``mxfp8``, ``nvfp4``) are refused with a
+ConfigError that says so (issue 7 tracks them); the layer never silently computes a
+different recipe."""
 H_MULTIPLE = math.lcm(TILE_K, TILE_N)
 """H is FC1's K and FC2's N: a multiple of both GEMM tiles."""
 I_MULTIPLE = math.lcm(TILE_K, TILE_N // 2)

@@ -15,6 +15,14 @@ One forward, for ``T <= C`` tokens (or a device live count under CUDA graphs):
    weighting, bf16 A2 (s5 steps 1-5);
 5. **FC2** (grouped GEMM, ``plain`` mode): ``h2 = A2 @ W2[e].T``, late weighting, one bf16
    rounding per slot (s5 steps 5-7);
+
+   The ``fp8_mxfp4`` recipe (s4 safe FP8 and MXFP4, s5) differs in four places: staging
+   quantizes A1 to safe FP8 (payload and per-row ``d``); the gather widens each payload row
+   to its exact bf16 values and moves its ``d`` beside it; both GEMMs read MXFP4 weights
+   (decoded to bf16 inside the mainloop, exactly) and multiply the accumulators by the
+   row's ``d`` first (FC1: before the clamp and SwiGLU); FC1 writes ``act`` in float32 and
+   an **a2** stage quantizes each row to safe FP8 (the scale spans the whole ``I`` row,
+   which no FC1 tile sees), giving FC2 its payload as exact bf16 values and its ``d``;
 6. **scatter** (row permute): each slot's term to ``terms[row, slot]``;
 7. **combine** (``megamoe.combine``): float32 sum of active slots in slot order, one bf16
    rounding; rows without an active slot exactly ``+0.0`` (s6).
@@ -35,7 +43,6 @@ semantics; used by the host tests).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
@@ -44,6 +51,8 @@ from megamoe import staging as _staging
 from megamoe.dispatch import api as _dispatch
 from megamoe.errors import ConfigError
 from megamoe.experts import api as _gemm
+from megamoe.experts.mxfp4 import Mxfp4Matrix, interleave_rows, quantize_mxfp4
+from megamoe.layer import a2_quant as _a2
 from megamoe.layer import permute as _permute
 from megamoe.layer.config import LayerConfig
 from megamoe.workspace import StageFormat
@@ -52,39 +61,82 @@ ID_DTYPES = (torch.int32, torch.int64)
 SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-@dataclass(frozen=True)
-class StagePaths:
-    """Which path each stage of the last forward took (``"kernel"`` or ``"torch"``)."""
-
-    stage: str
-    layout: str
-    gather: str
-    fc1: str
-    fc2: str
-    scatter: str
-    combine: str
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+STAGE_FORMATS = {"bf16": "bf16", "fp8_mxfp4": "safe_fp8"}
+"""The staging format of each layer recipe's A1 (CONTRACTS.md s5 table)."""
 
 
 def _check_weights(config: LayerConfig, w13: object, w2: object) -> None:
     e, h, i = config.num_experts, config.hidden_size, config.intermediate_size
     for name, w, shape in (("w13", w13, (e, 2 * i, h)), ("w2", w2, (e, h, i))):
+        if config.recipe == "fp8_mxfp4" and isinstance(w, Mxfp4Matrix):
+            _check_mxfp4(name, w, shape)
+            continue
         if not isinstance(w, torch.Tensor):
-            raise ConfigError(name, "a torch.Tensor", type(w).__name__)
-        if w.dtype != torch.bfloat16:
+            want = ("a torch.Tensor or an Mxfp4Matrix" if config.recipe == "fp8_mxfp4"
+                    else "a torch.Tensor")
+            raise ConfigError(name, want, type(w).__name__)
+        if config.recipe == "bf16" and w.dtype != torch.bfloat16:
             raise ConfigError(f"{name}.dtype", "torch.bfloat16 (recipe bf16)", w.dtype)
+        if config.recipe == "fp8_mxfp4" and w.dtype not in FLOAT_DTYPES:
+            raise ConfigError(f"{name}.dtype", f"one of {FLOAT_DTYPES} (float weights, "
+                              "quantized to MXFP4 by the layer) or an Mxfp4Matrix", w.dtype)
         if tuple(w.shape) != shape:
             raise ConfigError(f"{name}.shape", shape, tuple(w.shape))
+        if config.recipe == "fp8_mxfp4" and not bool(torch.isfinite(w).all()):
+            raise ConfigError(name, "finite float weights", "a non-finite value")
+
+
+def _check_mxfp4(name: str, w: Mxfp4Matrix, shape: tuple[int, int, int]) -> None:
+    """Prequantized MXFP4 weights (CONTRACTS.md s4): codes uint8 (or float4_e2m1fn_x2)
+    ``[E, N, K/2]``, scale bytes uint8 (or float8_e8m0fnu) ``[E, N, >= K/32]`` (columns may
+    be padded up to a multiple of 4)."""
+    e, n, k = shape
+    codes, scales = w.codes, w.scales
+    if not isinstance(codes, torch.Tensor) or codes.dtype not in (
+        torch.uint8, torch.float4_e2m1fn_x2
+    ):
+        raise ConfigError(f"{name}.codes", "uint8 or float4_e2m1fn_x2 packed E2M1 codes",
+                          getattr(codes, "dtype", type(codes).__name__))
+    if tuple(codes.shape) != (e, n, k // 2):
+        raise ConfigError(f"{name}.codes.shape", (e, n, k // 2), tuple(codes.shape))
+    if not isinstance(scales, torch.Tensor) or scales.dtype not in (
+        torch.uint8, torch.float8_e8m0fnu
+    ):
+        raise ConfigError(f"{name}.scales", "uint8 or float8_e8m0fnu E8M0 bytes",
+                          getattr(scales, "dtype", type(scales).__name__))
+    cols = k // 32
+    padded = -(-cols // 4) * 4
+    if scales.dim() != 3 or tuple(scales.shape[:2]) != (e, n) or scales.shape[2] not in (
+        cols, padded
+    ):
+        raise ConfigError(f"{name}.scales.shape", f"({e}, {n}, {cols} or {padded})",
+                          tuple(scales.shape))
+
+
+def _prepare_mxfp4(w: torch.Tensor | Mxfp4Matrix, k: int, device: torch.device,
+                   interleave: bool) -> Mxfp4Matrix:
+    """The layer's own contiguous uint8 copy (gate/up rows interleaved for W13)."""
+    m = w if isinstance(w, Mxfp4Matrix) else quantize_mxfp4(w.to(device))
+    codes = m.codes.to(device).view(torch.uint8)
+    scales = m.scales.to(device).view(torch.uint8)[..., : k // 32]
+    if interleave:
+        codes, scales = interleave_rows(codes), interleave_rows(scales)
+    return Mxfp4Matrix(codes.contiguous().clone(), scales.contiguous().clone())
 
 
 class MoELayer:
     """The layer (module docstring). Build, ``warmup(...)``, then ``forward(...)``.
 
-    ``w13``: bf16 ``[E, 2I, H]`` in the canonical layout (gate rows, then up rows);
-    ``w2``: bf16 ``[E, H, I]``. The layer keeps its own re-laid-out copies on ``device``
-    (the caller's tensors are never modified).
+    ``w13`` ``[E, 2I, H]`` in the canonical layout (gate rows, then up rows) and ``w2``
+    ``[E, H, I]``: bf16 for the ``bf16`` recipe; for ``fp8_mxfp4`` either float tensors (the
+    layer quantizes them to MXFP4, mode ``rceil``) or prequantized ``Mxfp4Matrix`` weights.
+    The layer keeps its own re-laid-out copies on ``device`` (the caller's tensors are never
+    modified).
     """
 
-    def __init__(self, config: LayerConfig, w13: torch.Tensor, w2: torch.Tensor,
+    def __init__(self, config: LayerConfig, w13: torch.Tensor | Mxfp4Matrix,
+                 w2: torch.Tensor | Mxfp4Matrix,
                  device: torch.device | str = "cuda") -> None:
         if not isinstance(config, LayerConfig):
             raise ConfigError("config", "a megamoe.layer.LayerConfig", type(config).__name__)
@@ -96,14 +148,26 @@ class MoELayer:
         c, k, e = config.capacity, config.top_k, config.num_experts
         h, i = config.hidden_size, config.intermediate_size
         dev = self.device
-        self._w13 = _gemm.interleave_gate_up(w13.to(dev))
-        self._w2 = w2.to(dev).contiguous()
-        self._stage_ws = _staging.StagingWorkspace.create(c, k, h, StageFormat("bf16"), dev)
+        self._mx = config.recipe == "fp8_mxfp4"
+        if self._mx:
+            self._w13 = _prepare_mxfp4(w13, h, dev, interleave=True)
+            self._w2 = _prepare_mxfp4(w2, i, dev, interleave=False)
+        else:
+            self._w13 = _gemm.interleave_gate_up(w13.to(dev))
+            self._w2 = w2.to(dev).contiguous()
+        self._stage_ws = _staging.StagingWorkspace.create(
+            c, k, h, StageFormat(STAGE_FORMATS[config.recipe]), dev
+        )
         self._layout_ws = _dispatch.LayoutWorkspace(_dispatch.LayoutShape(1, c, k, e), dev)
         routes = c * k
         self._m_cap = _gemm.capacity_rows(routes, e)
         self._a1 = torch.zeros(self._m_cap, h, dtype=torch.bfloat16, device=dev)
         self._a2 = torch.zeros(self._m_cap, i, dtype=torch.bfloat16, device=dev)
+        # fp8_mxfp4 only: the rows' safe-FP8 scale wires (A1's gathered, A2's) and float32 act
+        mx_rows = self._m_cap if self._mx else 0
+        self._pre1 = torch.zeros(mx_rows, _gemm.PRE_LANES, dtype=torch.float32, device=dev)
+        self._pre2 = torch.zeros(mx_rows, _gemm.PRE_LANES, dtype=torch.float32, device=dev)
+        self._act = torch.zeros(mx_rows, i if self._mx else 0, dtype=torch.float32, device=dev)
         self._h2 = torch.zeros(self._m_cap, h, dtype=torch.bfloat16, device=dev)
         # one spare entry: routes i >= N write their (unused) score there
         self._row_scale = torch.zeros(self._m_cap + 1, dtype=torch.float32, device=dev)
@@ -119,7 +183,8 @@ class MoELayer:
         self._live = torch.zeros(1, dtype=torch.int32, device=dev)
         self._warm = False
         self._destroyed = False
-        self.last_paths: StagePaths | None = None
+        self.last_paths: dict[str, str] | None = None
+        """Stage name -> the path it took (``"kernel"`` or ``"torch"``) in the last forward."""
 
     # ------------------------------------------------------------------ checks
 
@@ -137,7 +202,9 @@ class MoELayer:
             if t.device != self.device:
                 raise ConfigError(f"{name}.device", str(self.device), str(t.device))
         if hidden.dtype != torch.bfloat16:
-            raise ConfigError("hidden.dtype", "torch.bfloat16 (recipe bf16)", hidden.dtype)
+            raise ConfigError("hidden.dtype", f"torch.bfloat16 (recipe {cfg.recipe} quantizes "
+                              "its own A1)" if cfg.recipe != "bf16" else
+                              "torch.bfloat16 (recipe bf16)", hidden.dtype)
         if hidden.dim() != 2 or hidden.shape[1] != cfg.hidden_size:
             raise ConfigError("hidden.shape", f"[T, H={cfg.hidden_size}]", tuple(hidden.shape))
         t = hidden.shape[0]
@@ -195,8 +262,15 @@ class MoELayer:
             _permute.warmup(self.device, torch.int64, torch.int32)
             cfg = self.config
             h, i = cfg.hidden_size, cfg.intermediate_size
-            _gemm.warmup("swiglu", 2 * i, h, self.device)
-            _gemm.warmup("plain", h, i, self.device)
+            if self._mx:
+                _permute.warmup(self.device, torch.int64, torch.int32, widen=True)
+                _a2.warmup(self.device)
+                _gemm.warmup("swiglu", 2 * i, h, self.device, weights="mxfp4",
+                             out_dtype=torch.float32)
+                _gemm.warmup("plain", h, i, self.device, weights="mxfp4")
+            else:
+                _gemm.warmup("swiglu", 2 * i, h, self.device)
+                _gemm.warmup("plain", h, i, self.device)
             _combine.warmup(self.device, id_dtypes=(torch.int32,))
         self._warm = True
         return self.forward(hidden, topk_ids, topk_weights)
@@ -220,7 +294,7 @@ class MoELayer:
         paths: dict[str, str] = {}
         for name, run in self.stage_plan(hidden, topk_ids, topk_weights, live_tokens, out):
             paths[name] = run()
-        self.last_paths = StagePaths(**paths)
+        self.last_paths = paths
         return out
 
     def stage_plan(self, hidden: torch.Tensor, topk_ids: torch.Tensor,
@@ -249,15 +323,28 @@ class MoELayer:
             return lay.path
 
         def gather() -> str:
-            return _permute.permute_rows(ws.payload, self._a1, self._src_row, self._pos, n)
+            if not self._mx:
+                return _permute.permute_rows(ws.payload, self._a1, self._src_row, self._pos, n)
+            path = _permute.widen_rows(ws.payload, self._a1, self._src_row, self._pos, n)
+            scale_path = _permute.permute_rows(ws.scales, self._pre1, self._src_row, self._pos,
+                                               n)
+            return path if path == scale_path else f"{path}+{scale_path}"
 
         def fc1() -> str:
-            return _gemm.grouped_gemm(self._a1, self._w13, self._seg, self._counts, self._a2,
-                                      mode="swiglu", row_scale=early, clamp=cfg.clamp)
+            return _gemm.grouped_gemm(
+                self._a1, self._w13, self._seg, self._counts,
+                self._act if self._mx else self._a2, mode="swiglu", row_scale=early,
+                clamp=cfg.clamp, pre_scale=self._pre1 if self._mx else None,
+            )
+
+        def a2() -> str:
+            return _a2.quantize_a2_safe_fp8(self._act, self._a2, self._pre2, self._seg,
+                                            self._counts)
 
         def fc2() -> str:
             return _gemm.grouped_gemm(self._a2, self._w2, self._seg, self._counts, self._h2,
-                                      mode="plain", row_scale=late)
+                                      mode="plain", row_scale=late,
+                                      pre_scale=self._pre2 if self._mx else None)
 
         def scatter() -> str:
             return _permute.permute_rows(self._h2, self._terms, self._pos, self._term_row, n)
@@ -271,8 +358,11 @@ class MoELayer:
                 _permute.permute_rows(self._out, out, self._rows, self._rows, self._live)
             return "torch" if plan == _combine.PLAN_TORCH else "kernel"
 
-        return [("stage", stage), ("layout", layout), ("gather", gather), ("fc1", fc1),
+        plan = [("stage", stage), ("layout", layout), ("gather", gather), ("fc1", fc1),
                 ("fc2", fc2), ("scatter", scatter), ("combine", combine)]
+        if self._mx:
+            plan.insert(4, ("a2", a2))
+        return plan
 
     __call__ = forward
 
@@ -307,7 +397,8 @@ class MoELayer:
         """Release every buffer; any later call raises ``ConfigError``."""
         if self._destroyed:
             return
-        for name in ("_w13", "_w2", "_stage_ws", "_layout_ws", "_a1", "_a2", "_h2",
+        for name in ("_w13", "_w2", "_stage_ws", "_layout_ws", "_a1", "_a2", "_h2", "_pre1",
+                     "_pre2", "_act",
                      "_row_scale", "_terms", "_out", "_counts", "_seg", "_route", "_rows",
                      "_src_row", "_pos", "_term_row", "_live"):
             setattr(self, name, None)

@@ -24,14 +24,17 @@ THREADS = 128  # = permute_kernel.THREADS
 MAX_BLOCKS = 2048  # = permute_kernel.MAX_BLOCKS
 PATH_KERNEL = "kernel"
 PATH_TORCH = "torch"
-_CACHE: dict[tuple[torch.dtype, torch.dtype, str], object] = {}
+WIDEN_CHUNK = 8  # = permute_kernel.WIDEN_CHUNK (a test checks they agree)
+_BF16_NAN = torch.tensor(0x7FC0, dtype=torch.int16).view(torch.bfloat16)
+"""The one NaN the widening permute writes (both E4M3 NaN bytes, either path)."""
+_CACHE: dict[tuple[str, torch.dtype, torch.dtype, str], object] = {}
 
 
 def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
 
 
-def _check(src, dst, src_index, dst_index, count) -> None:
+def _check(src, dst, src_index, dst_index, count, same_dtype: bool = True) -> None:
     for name, t in (("src", src), ("dst", dst), ("src_index", src_index),
                     ("dst_index", dst_index), ("count", count)):
         if not isinstance(t, torch.Tensor):
@@ -41,7 +44,7 @@ def _check(src, dst, src_index, dst_index, count) -> None:
             raise ConfigError(name, "a 2-D tensor [rows, cols]", f"shape {tuple(t.shape)}")
         if t.shape[1] > 1 and t.stride(1) != 1:
             raise ConfigError(f"{name}.stride(1)", 1, t.stride(1))
-    if dst.dtype != src.dtype:
+    if same_dtype and dst.dtype != src.dtype:
         raise ConfigError("dst.dtype", f"src's dtype {src.dtype}", dst.dtype)
     if dst.shape[1] != src.shape[1]:
         raise ConfigError("dst.shape[1]", f"src's row length {src.shape[1]}", dst.shape[1])
@@ -75,29 +78,32 @@ def kernel_plan(src: torch.Tensor, dst: torch.Tensor) -> str:
     return ""
 
 
-def _compiled(index_dtype: torch.dtype, count_dtype: torch.dtype, device: torch.device):
-    key = (index_dtype, count_dtype, str(device))
+def _compiled(index_dtype: torch.dtype, count_dtype: torch.dtype, device: torch.device,
+              kind: str = "permute"):
+    key = (kind, index_dtype, count_dtype, str(device))
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
     if torch.cuda.is_current_stream_capturing():
         raise CompileDuringCaptureError(
-            f"row permute for {key} is not compiled and a CUDA graph is being captured: call "
+            f"row {kind} for {key} is not compiled and a CUDA graph is being captured: call "
             "megamoe.layer.permute.warmup(...) before capture (CONTRACTS.md s9)"
         )
-    from megamoe.layer.permute_kernel import compile_permute
+    from megamoe.layer.permute_kernel import compile_permute, compile_widen
 
-    compiled = compile_permute(_dtype_name(index_dtype), _dtype_name(count_dtype))
+    build = compile_widen if kind == "widen" else compile_permute
+    compiled = build(_dtype_name(index_dtype), _dtype_name(count_dtype))
     _CACHE[key] = compiled
     return compiled
 
 
 def warmup(device: torch.device | str, index_dtype: torch.dtype = torch.int64,
-           count_dtype: torch.dtype = torch.int64) -> None:
-    """Compile the permute for these dtypes on ``device`` (CUDA only). Call before capture."""
+           count_dtype: torch.dtype = torch.int64, *, widen: bool = False) -> None:
+    """Compile the permute (or, with ``widen``, the E4M3 -> bf16 widening permute) for these
+    dtypes on ``device`` (CUDA only). Call before capture."""
     device = torch.device(device)
     if device.type == "cuda":
-        _compiled(index_dtype, count_dtype, device)
+        _compiled(index_dtype, count_dtype, device, "widen" if widen else "permute")
 
 
 def _torch_permute(src, dst, src_index, dst_index, count) -> None:
@@ -138,6 +144,65 @@ def permute_rows(src: torch.Tensor, dst: torch.Tensor, src_index: torch.Tensor,
         words_ptr(dst), dst.shape[0], dst.stride(0) * es // 4,
         src.shape[1] * es // WORD_BYTES,
         idx_ptr(src_index, it), idx_ptr(dst_index, it), idx_ptr(count, ct),
+        rows, min(rows, MAX_BLOCKS), stream,
+    )
+    return PATH_KERNEL
+
+
+def widen_plan(src: torch.Tensor, dst: torch.Tensor) -> str:
+    """'' when the widening kernel covers ``src`` (E4M3 bytes) / ``dst`` (bf16), else why."""
+    if src.device.type != "cuda":
+        return "tensors are not on a CUDA device"
+    if src.shape[1] % WIDEN_CHUNK:
+        return f"row length {src.shape[1]} is not a multiple of {WIDEN_CHUNK}"
+    if src.data_ptr() % WIDEN_CHUNK or src.stride(0) % WIDEN_CHUNK:
+        return f"src rows are not {WIDEN_CHUNK}-byte aligned"
+    if dst.data_ptr() % (2 * WIDEN_CHUNK) or dst.stride(0) % WIDEN_CHUNK:
+        return f"dst rows are not {2 * WIDEN_CHUNK}-byte aligned"
+    for name, t in (("src", src), ("dst", dst)):
+        if t.shape[0] * t.stride(0) > 2**31 - 1:
+            return f"{name} spans more than 2**31 elements"
+    return ""
+
+
+def widen_rows(src: torch.Tensor, dst: torch.Tensor, src_index: torch.Tensor,
+               dst_index: torch.Tensor, count: torch.Tensor) -> str:
+    """``dst[dst_index[i]] = bf16(src[src_index[i]])`` for ``i < count[0]``, ``src`` E4M3
+    bytes (uint8 or ``float8_e4m3fn``) and ``dst`` bf16: exact (every E4M3 value is a bf16
+    value, CONTRACTS.md s4; both NaN bytes become the canonical bf16 NaN ``0x7FC0``). The ``fp8_mxfp4`` layer gathers the staged
+    safe-FP8 payload into its GEMM input with it. Returns the path taken."""
+    if isinstance(src, torch.Tensor) and src.dtype == torch.float8_e4m3fn:
+        src = src.view(torch.uint8)
+    for name, t, dt in (("src", src, torch.uint8), ("dst", dst, torch.bfloat16)):
+        if isinstance(t, torch.Tensor) and t.dtype != dt:
+            raise ConfigError(f"{name}.dtype", f"{dt} (E4M3 bytes in, bf16 out)", t.dtype)
+    _check(src, dst, src_index, dst_index, count, same_dtype=False)
+    if widen_plan(src, dst):
+        n = max(0, min(int(count.reshape(-1)[0]), src_index.numel()))
+        rows = src[src_index[:n].long()].view(torch.float8_e4m3fn).to(torch.bfloat16)
+        dst[dst_index[:n].long()] = torch.where(rows.isnan(), _BF16_NAN.to(rows.device), rows)
+        return PATH_TORCH
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    compiled = _compiled(src_index.dtype, count.dtype, src.device, "widen")
+    rows = src_index.numel()
+    if rows == 0:
+        return PATH_KERNEL
+    gm = cute.AddressSpace.gmem
+    it = cutlass.Int32 if src_index.dtype == torch.int32 else cutlass.Int64
+    ct = cutlass.Int32 if count.dtype == torch.int32 else cutlass.Int64
+    stream = cuda.CUstream(torch.cuda.current_stream(src.device).cuda_stream)
+    compiled(
+        make_ptr(cutlass.Uint8, src.data_ptr(), gm, assumed_align=WIDEN_CHUNK),
+        src.shape[0], src.stride(0),
+        make_ptr(cutlass.Int16, dst.data_ptr(), gm, assumed_align=2 * WIDEN_CHUNK),
+        dst.shape[0], dst.stride(0), src.shape[1] // WIDEN_CHUNK,
+        make_ptr(it, src_index.data_ptr(), gm, assumed_align=it.width // 8),
+        make_ptr(it, dst_index.data_ptr(), gm, assumed_align=it.width // 8),
+        make_ptr(ct, count.data_ptr(), gm, assumed_align=ct.width // 8),
         rows, min(rows, MAX_BLOCKS), stream,
     )
     return PATH_KERNEL

@@ -1,4 +1,5 @@
-"""Row permute: ``dst[dst_index[i]] = src[src_index[i]]`` for ``i < n``, one CuTe DSL launch.
+"""Row permute: ``dst[dst_index[i]] = src[src_index[i]]`` for ``i < n``, one CuTe DSL launch
+(and its widening twin, E4M3 rows in, bf16 rows out, for the ``fp8_mxfp4`` A1 gather).
 
 The layer moves routed rows with it (CONTRACTS.md s3, s5): staged A1 rows into each
 expert's segment of the GEMM input, FC2 rows back to their ``(token, slot)`` term, and
@@ -18,14 +19,17 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32, Int64
+from cutlass import Int16, Int32, Int64, Uint8
 from cutlass.cute.runtime import make_ptr
 
 from megamoe.kernel_registry import register_kernel
+from megamoe.staging.dsl_bits import e4m3_to_float, f2i
 
 THREADS = 128
 MAX_BLOCKS = 2048
 WORD_BYTES = 16
+WIDEN_CHUNK = 8
+"""E4M3 bytes per step of the widening permute (8 bytes in, 16 bytes of bf16 out)."""
 _FAKE_ADDR = 1 << 20
 
 
@@ -74,6 +78,58 @@ def permute_launch(
     ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
 
 
+@cute.kernel
+def _widen_kernel(
+    src_ptr: cute.Pointer, src_rows: Int32, src_stride: Int32,
+    dst_ptr: cute.Pointer, dst_rows: Int32, dst_stride: Int32,
+    chunks: Int32,
+    src_idx_ptr: cute.Pointer, dst_idx_ptr: cute.Pointer,
+    n_ptr: cute.Pointer, max_rows: Int32,
+):
+    """``dst[di[i]] = bf16(e4m3(src[si[i]]))`` for ``i < n``: exact (every E4M3 value is a
+    bf16 value, so its bf16 bits are the top half of its float32 bits; both NaN bytes give
+    the canonical ``0x7FC0``). ``dst`` is addressed as int16 bits. Strides in elements
+    (bytes for ``src``), multiples of ``WIDEN_CHUNK``."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    gdim, _, _ = cute.arch.grid_dim()
+    m_src = cute.make_tensor(src_ptr, cute.make_layout(
+        (src_rows, chunks, WIDEN_CHUNK),
+        stride=(cute.assume(src_stride, divby=WIDEN_CHUNK), WIDEN_CHUNK, 1)))
+    m_dst = cute.make_tensor(dst_ptr, cute.make_layout(
+        (dst_rows, chunks, WIDEN_CHUNK),
+        stride=(cute.assume(dst_stride, divby=WIDEN_CHUNK), WIDEN_CHUNK, 1)))
+    m_si = cute.make_tensor(src_idx_ptr, cute.make_layout(max_rows))
+    m_di = cute.make_tensor(dst_idx_ptr, cute.make_layout(max_rows))
+    m_n = cute.make_tensor(n_ptr, cute.make_layout(1))
+    n = cutlass.min(cutlass.max(Int32(m_n[0]), Int32(0)), max_rows)
+    for i in range(bidx, n, gdim):
+        s = Int32(m_si[i])
+        d = Int32(m_di[i])
+        for w in range(tidx, chunks, THREADS):
+            raw = cute.make_rmem_tensor(cute.make_layout(WIDEN_CHUNK), Uint8)
+            raw.store(m_src[s, w, None].load())
+            wide = cute.make_rmem_tensor(cute.make_layout(WIDEN_CHUNK), Int16)
+            for j in cutlass.range_constexpr(WIDEN_CHUNK):
+                wide[j] = Int16(f2i(e4m3_to_float(Int32(raw[j]) & 0xFF)) >> 16)
+            m_dst[d, w, None].store(wide.load())
+
+
+@cute.jit
+def widen_launch(
+    src_ptr: cute.Pointer, src_rows: Int32, src_stride: Int32,
+    dst_ptr: cute.Pointer, dst_rows: Int32, dst_stride: Int32,
+    chunks: Int32,
+    src_idx_ptr: cute.Pointer, dst_idx_ptr: cute.Pointer,
+    n_ptr: cute.Pointer, max_rows: Int32, blocks: Int32,
+    stream: cuda.CUstream,
+):
+    _widen_kernel(
+        src_ptr, src_rows, src_stride, dst_ptr, dst_rows, dst_stride, chunks,
+        src_idx_ptr, dst_idx_ptr, n_ptr, max_rows,
+    ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+
+
 INDEX_TYPES = {"int32": Int32, "int64": Int64}
 
 
@@ -92,6 +148,24 @@ def compile_permute(index_dtype: str, count_dtype: str):
         _ptr(it, it.width // 8), _ptr(it, it.width // 8), _ptr(ct, ct.width // 8), i0, i0,
         cuda.CUstream(0),
     )
+
+
+def compile_widen(index_dtype: str, count_dtype: str):
+    """``cute.compile`` the E4M3 -> bf16 widening permute for one (index dtype, count
+    dtype); sizes, strides and pointers are runtime arguments."""
+    it, ct = INDEX_TYPES[index_dtype], INDEX_TYPES[count_dtype]
+    i0 = Int32(0)
+    return cute.compile(
+        widen_launch,
+        _ptr(Uint8, WIDEN_CHUNK), i0, i0, _ptr(Int16, 2 * WIDEN_CHUNK), i0, i0, i0,
+        _ptr(it, it.width // 8), _ptr(it, it.width // 8), _ptr(ct, ct.width // 8), i0, i0,
+        cuda.CUstream(0),
+    )
+
+
+@register_kernel("row_widen_e4m3_i64_n64")
+def build_row_widen_i64():
+    return compile_widen("int64", "int64")
 
 
 @register_kernel("row_permute_i64_n64")

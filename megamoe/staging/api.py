@@ -392,6 +392,9 @@ def stage(
     ws.last_path, ws.last_path_reason = result.path, result.reason
     if check and not capturing and int(ws.view("status")[0]) != 0:
         err = first_recorded_error(ws)
+        # reported here, once: a later check_errors() (e.g. after graph replays, which never
+        # reset the word) must not raise this eager error again
+        ws.view("status").zero_()
         if err is not None:
             raise err
     return result

@@ -96,3 +96,18 @@ def make_sat_fp8(elem: str):
         return code | (sign << 7)
 
     return sat_fp8
+
+
+E4M3_SUBNORMAL_STEP = 2.0**-9
+
+
+@cute.jit
+def e4m3_to_float(byte: Int32) -> Float32:
+    """The exact float32 value of one E4M3 byte (CONTRACTS.md s4; 0x7F / 0xFF are NaN)."""
+    ex = (byte >> 3) & 0xF
+    m = byte & 7
+    normal = i2f(((ex + 120) << 23) | (m << 20))
+    v = Float32(cutlass.select_(ex == Int32(0), Float32(m) * Float32(E4M3_SUBNORMAL_STEP),
+                                normal))
+    v = Float32(cutlass.select_((byte & 0x80) != Int32(0), -v, v))
+    return Float32(cutlass.select_((byte & 0x7F) == Int32(0x7F), i2f(Int32(0x7FC00000)), v))

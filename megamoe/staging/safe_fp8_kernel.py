@@ -68,17 +68,41 @@ def fsel(cond, a, b) -> Float32:
     return Float32(cutlass.select_(cond, Float32(a), Float32(b)))
 
 
+_B_FMAX = f32_bits(c.SAFE_FP8_FMAX)
+_B_TINY = f32_bits(c.SAFE_FP8_TINY)
+_B_SAFE_MIN = f32_bits(c.SAFE_FP8_SAFE_MIN)
+_B_ZERO_D = f32_bits(c.SAFE_FP8_ZERO_SCALE)
+_B_INV = f32_bits(1.0 / c.SAFE_FP8_FMAX)
+_B_FLT_MAX = f32_bits(c.FLT_MAX)
+_B_ONE = f32_bits(1.0)
+_B_NAN = 0x7FC00000
+
+
+@cute.jit
+def safe_fp8_scale(amax_b: Int32):
+    """``(q, d, bad, tiny)`` of a row from the bits of its float32 ``amax`` (CONTRACTS.md s4,
+    safe FP8): one IEEE float32 operation per step, constants as float32 bit patterns.
+    ``bad`` (Int32 0/1): the row holds NaN/Inf (``d`` is then NaN); ``tiny`` (0/1): the tiny
+    path (payload ``sat(x * q)``; otherwise ``sat(x / d)``)."""
+    bad = amax_b >= Int32(0x7F800000)
+    amax = i2f(amax_b)
+    tiny = (amax_b > Int32(0)) & (amax < i2f(Int32(_B_TINY)))
+    safe_min = i2f(Int32(_B_SAFE_MIN))
+    q_raw = i2f(Int32(_B_FMAX)) / fsel(amax > safe_min, amax, safe_min)
+    flt_max = i2f(Int32(_B_FLT_MAX))
+    q = fsel(q_raw > flt_max, flt_max, q_raw)
+    d_tiny = i2f(Int32(_B_ONE)) / q
+    prod = amax * i2f(Int32(_B_INV))
+    zero_d = i2f(Int32(_B_ZERO_D))
+    d_norm = fsel(prod > zero_d, prod, zero_d)
+    d = fsel(tiny, d_tiny, d_norm)
+    d = fsel(bad, i2f(Int32(_B_NAN)), d)
+    return q, d, sel(bad, 1, 0), sel(tiny, 1, 0)
+
+
 def _make(K: int):
     route_rows = make_route_rows(K)
     sat_e4m3 = make_sat_fp8("e4m3")
-    b_fmax = f32_bits(c.SAFE_FP8_FMAX)
-    b_tiny = f32_bits(c.SAFE_FP8_TINY)
-    b_safe_min = f32_bits(c.SAFE_FP8_SAFE_MIN)
-    b_zero_d = f32_bits(c.SAFE_FP8_ZERO_SCALE)
-    b_inv = f32_bits(1.0 / c.SAFE_FP8_FMAX)
-    b_flt_max = f32_bits(c.FLT_MAX)
-    b_one = f32_bits(1.0)
-    b_nan = 0x7FC00000
 
     @cute.kernel
     def _safe_fp8_stage_kernel(
@@ -155,22 +179,8 @@ def _make(K: int):
                 amax_b = red[0]
                 for w in cutlass.range_constexpr(1, SAFE_WARPS):
                     amax_b = cutlass.max(amax_b, red[w])
-                bad = amax_b >= Int32(0x7F800000)
-                amax = i2f(amax_b)
-                tiny = (amax_b > Int32(0)) & (amax < i2f(Int32(b_tiny)))
-                safe_min = i2f(Int32(b_safe_min))
-                q_raw = i2f(Int32(b_fmax)) / fsel(amax > safe_min, amax, safe_min)
-                flt_max = i2f(Int32(b_flt_max))
-                q = fsel(q_raw > flt_max, flt_max, q_raw)
-                d_tiny = i2f(Int32(b_one)) / q
-                prod = amax * i2f(Int32(b_inv))
-                zero_d = i2f(Int32(b_zero_d))
-                d_norm = fsel(prod > zero_d, prod, zero_d)
-                d = fsel(tiny, d_tiny, d_norm)
-                d = fsel(bad, i2f(Int32(b_nan)), d)
-                bad_i = sel(bad, 1, 0)
-                tiny_i = sel(tiny, 1, 0)
-                extra = sel(bad, c.ROW_CODE_NON_FINITE_INPUT, 0)
+                q, d, bad_i, tiny_i = safe_fp8_scale(amax_b)
+                extra = sel(bad_i != Int32(0), c.ROW_CODE_NON_FINITE_INPUT, 0)
             # the row's routes (its failure code is known): one thread, while the others
             # write the payload
             if (part == Int32(0)) & (tidx == Int32(ROUTE_THREAD)):

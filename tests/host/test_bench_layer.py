@@ -63,3 +63,19 @@ def test_declared_work_is_touched_weight_bytes_or_active_flops(tiny) -> None:  #
     assert big.ceiling == "bf16_mm"
     assert big.flops == 2 * slots * 3 * TINY.hidden * TINY.inter
     assert math.isclose(big.flops / slots, 6 * TINY.hidden * TINY.inter)
+
+
+def test_fp8_mxfp4_layer_benchmark_checks_its_layer_and_declares_mxfp4_bytes(tiny) -> None:  # type: ignore[no-untyped-def]
+    from megamoe.bench.benchmarks import layer_fp8_mxfp4 as mb
+
+    mb._MX.clear()
+    bench = get_benchmark("layer-fp8-mxfp4")
+    assert [b.name for b in bench.baselines] == ["torch-grouped-mm", "layer-bf16"]
+    assert bench.cases == get_benchmark("layer").cases
+    work = mb.build_layer_fp8_mxfp4(_case("skewed", 4), CTX)
+    work.check()  # the layer's rows against the oracle (CPU path here)
+    per_expert = 3 * TINY.inter * TINY.hidden * 17 // 32
+    assert work.ceiling == "copy_bw" and work.bytes_moved == per_expert  # one expert
+    big = mb.build_layer_fp8_mxfp4(_case("uniform", 70), CTX)
+    assert big.ceiling == "fp8_mm" and big.flops > 0
+    mb._MX.clear()

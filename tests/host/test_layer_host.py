@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from megamoe import ConfigError, RouteError
+from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
 from megamoe.layer.config import H_MULTIPLE, I_MULTIPLE
 from oracle.routing import find_route_violations
@@ -39,6 +40,7 @@ def _layer(cfg: LayerConfig | None = None, seed: int = 0):
     ("num_experts", 0), ("top_k", 0), ("hidden_size", -1), ("intermediate_size", 1.5),
     ("capacity", True), ("top_k", E + 1), ("hidden_size", H + 32),
     ("intermediate_size", INTER + 16), ("recipe", "fp16"), ("recipe", "mxfp8"),
+    ("recipe", "nvfp4"),
     ("clamp", -1.0), ("clamp", math.inf), ("clamp", "1"), ("late_weighting", 1),
 ])
 def test_config_rejects_bad_fields_by_name(field: str, value: object) -> None:
@@ -53,9 +55,10 @@ def test_config_is_frozen_and_recipes_not_run_are_refused_not_substituted() -> N
     cfg = LayerConfig(E, K, H, INTER, C)
     with pytest.raises(AttributeError):
         cfg.top_k = 3  # type: ignore[misc]
-    assert LAYER_RECIPES == ("bf16",)
-    with pytest.raises(ConfigError, match="not implemented on the GPU yet"):
-        LayerConfig(E, K, H, INTER, C, recipe="fp8_mxfp4")
+    assert LAYER_RECIPES == ("bf16", "fp8_mxfp4")
+    for recipe in ("mxfp8", "nvfp4"):
+        with pytest.raises(ConfigError, match="not implemented on the GPU yet"):
+            LayerConfig(E, K, H, INTER, C, recipe=recipe)
 
 
 @pytest.mark.parametrize(("name", "bad"), [
@@ -83,7 +86,7 @@ def test_cpu_layer_meets_the_oracle_on_every_row(clamp, late, t) -> None:  # typ
     out = layer.warmup(x, ids, w)
     report = compare_rows(out, oracle_output(cfg, w13, w2, x, ids, w), ids, "bf16")
     assert report.problems == (), report
-    assert set(vars(layer.last_paths).values()) == {"torch"}
+    assert set(layer.last_paths.values()) == {"torch"}
 
 
 def test_rows_without_active_slots_are_exactly_zero_with_nan_behind_masks() -> None:
@@ -160,6 +163,7 @@ def test_bad_route_values_raise_the_oracles_first_violation_and_write_no_output(
     with pytest.raises(RouteError) as err:
         layer.forward(x, ids, w, out=out)
     assert (err.value.row, err.value.slot, err.value.rule) == (first.row, first.slot, first.rule)
+    layer.check_errors()  # an eager error is reported once, not again by check_errors
     assert bool((out == 3.0).all())
     for a, b in zip(before, (x, ids, w), strict=True):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
@@ -203,3 +207,75 @@ def test_compare_rows_catches_planted_output_bugs() -> None:
     inf_row = out.clone()
     inf_row[live, 3] = float("inf")
     assert any("not finite" in p for p in compare_rows(inf_row, want, ids, "bf16").problems)
+
+
+# ---------------------------------------------------------------- fp8_mxfp4 on the CPU path
+
+
+def _mx_cfg(**kw) -> LayerConfig:  # type: ignore[no-untyped-def]
+    return LayerConfig(E, K, H, INTER, C, recipe="fp8_mxfp4", **kw)
+
+
+@pytest.mark.parametrize(("clamp", "late", "t"), [(None, False, C), (0.5, True, 7)])
+def test_cpu_fp8_mxfp4_layer_meets_the_oracle_from_float_weights(clamp, late, t) -> None:  # type: ignore[no-untyped-def]
+    cfg = _mx_cfg(clamp=clamp, late_weighting=late)
+    w13, w2 = _weights(12)
+    layer = MoELayer(cfg, w13.float(), w2.float(), "cpu")
+    x, ids, w = _routes(13, t)
+    out = layer.warmup(x, ids, w)
+    report = compare_rows(out, oracle_output(cfg, w13.float(), w2.float(), x, ids, w), ids,
+                          "fp8_mxfp4")
+    assert report.problems == (), report
+    assert list(layer.last_paths) == ["stage", "layout", "gather", "fc1", "a2", "fc2",
+                                      "scatter", "combine"]
+
+
+def test_cpu_fp8_mxfp4_layer_takes_prequantized_weights_in_every_accepted_form() -> None:
+    from oracle.formats import pad_scale_columns, quantize_mxfp4
+
+    cfg = _mx_cfg()
+    w13f, w2f = _weights(14)
+    c13, s13 = quantize_mxfp4(w13f)
+    c2, s2 = quantize_mxfp4(w2f)
+    plain = (Mxfp4Matrix(c13, s13), Mxfp4Matrix(c2, s2))
+    typed = (Mxfp4Matrix(c13.view(torch.float4_e2m1fn_x2), s13.view(torch.float8_e8m0fnu)),
+             Mxfp4Matrix(c2, pad_scale_columns(s2)))
+    x, ids, w = _routes(15, 9)
+    want = oracle_output(cfg, *plain, x, ids, w)
+    for w13, w2 in (plain, typed):
+        out = MoELayer(cfg, w13, w2, "cpu").warmup(x, ids, w)
+        assert compare_rows(out, want, ids, "fp8_mxfp4").problems == ()
+    # float weights give the same MXFP4 bytes, hence the same output bits
+    out_f = MoELayer(cfg, w13f, w2f, "cpu").warmup(x, ids, w)
+    out_q = MoELayer(cfg, *plain, "cpu").warmup(x, ids, w)
+    assert torch.equal(out_f.view(torch.int16), out_q.view(torch.int16))
+
+
+@pytest.mark.parametrize(("name", "bad"), [
+    ("w13.codes", lambda m13, m2: (Mxfp4Matrix(m13.codes.view(torch.int8), m13.scales), m2)),
+    ("w13.codes.shape", lambda m13, m2: (Mxfp4Matrix(m13.codes[:, 1:], m13.scales), m2)),
+    ("w2.scales.shape", lambda m13, m2: (m13, Mxfp4Matrix(m2.codes, m2.scales[..., :1]))),
+    ("w2.scales", lambda m13, m2: (m13, Mxfp4Matrix(m2.codes, m2.scales.float()))),
+    ("w13", lambda m13, m2: (torch.full((E, 2 * INTER, H), float("inf")), m2)),
+    ("w2.dtype", lambda m13, m2: (m13, torch.zeros(E, H, INTER, dtype=torch.int32))),
+])
+def test_fp8_mxfp4_layer_rejects_bad_weights_by_name(name, bad) -> None:  # type: ignore[no-untyped-def]
+    from megamoe.experts.mxfp4 import quantize_mxfp4 as mq
+
+    w13f, w2f = _weights(16)
+    m13, m2 = mq(w13f), mq(w2f)
+    with pytest.raises(ConfigError, match=f"^{name.replace('.', '[.]')}"):
+        MoELayer(_mx_cfg(), *bad(m13, m2), "cpu")
+
+
+def test_cpu_fp8_mxfp4_non_finite_hidden_row_is_a_route_error() -> None:
+    cfg = _mx_cfg()
+    w13, w2 = _weights(17)
+    layer = MoELayer(cfg, w13, w2, "cpu")
+    x, ids, w = _routes(18, 8, mask_p=0.0)
+    layer.warmup(x, ids, w)
+    x[3, 5] = float("nan")
+    out = torch.full((8, H), 3.0, dtype=torch.bfloat16)
+    with pytest.raises(RouteError, match="non_finite_input"):
+        layer.forward(x, ids, w, out=out)
+    assert bool((out == 3.0).all())

@@ -15,11 +15,11 @@ from tests.layer_check import compare_rows, oracle_output
 E, K, H, INTER, C = 8, 2, 2 * H_MULTIPLE, I_MULTIPLE, 16
 
 
-def _setup(late: bool = False):
+def _setup(late: bool = False, recipe: str = "bf16", clamp: float | None = None):
     g = torch.Generator().manual_seed(40)
     w13 = (torch.randn(E, 2 * INTER, H, generator=g) / math.sqrt(H)).bfloat16()
     w2 = (torch.randn(E, H, INTER, generator=g) / math.sqrt(INTER)).bfloat16()
-    cfg = LayerConfig(E, K, H, INTER, C, late_weighting=late)
+    cfg = LayerConfig(E, K, H, INTER, C, recipe=recipe, clamp=clamp, late_weighting=late)
     x = torch.randn(12, H, generator=g).bfloat16()
     ids = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(12)])
     ids[4, 1] = -1
@@ -35,11 +35,14 @@ def _problems(cfg, w13, w2, x, ids, w) -> tuple[str, ...]:  # type: ignore[no-un
     layer.warmup(x, ids, w)
     layer._terms.fill_(float("nan"))
     out = layer.forward(x, ids, w)
-    return compare_rows(out, oracle_output(cfg, w13, w2, x, ids, w), ids, "bf16").problems
+    want = oracle_output(cfg, w13, w2, x, ids, w)
+    return compare_rows(out, want, ids, cfg.recipe).problems
 
 
 def test_the_unplanted_layer_passes() -> None:
     assert _problems(*_setup()) == ()
+    assert _problems(*_setup(recipe="fp8_mxfp4")) == ()
+    assert _problems(*_setup(recipe="fp8_mxfp4", late=True, clamp=0.5)) == ()
 
 
 def test_planted_gate_up_not_interleaved_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -77,3 +80,62 @@ def test_planted_combine_of_masked_slots_is_caught(monkeypatch) -> None:  # type
 
     monkeypatch.setattr(ml._combine, "masked_combine", with_masked)
     assert _problems(*_setup())
+
+
+# ---------------------------------------------------------------- fp8_mxfp4
+
+
+def test_planted_a1_scale_dropped_in_fc1_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """FC1 without A1's safe-FP8 ``d``: h1 off by each row's scale."""
+    real = ml._gemm.grouped_gemm
+
+    def no_pre_in_fc1(*args, **kw):  # type: ignore[no-untyped-def]
+        if kw.get("mode") == "swiglu":
+            kw["pre_scale"] = None
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ml._gemm, "grouped_gemm", no_pre_in_fc1)
+    assert _problems(*_setup(recipe="fp8_mxfp4"))
+
+
+def test_planted_a1_scale_after_the_clamp_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``d`` applied to the SwiGLU output instead of h1 (after the clamp): wrong whenever
+    the clamp bites or SwiGLU is not linear."""
+    real = ml._gemm.grouped_gemm
+
+    def pre_late(a, b, seg, counts, out, **kw):  # type: ignore[no-untyped-def]
+        pre = kw.get("pre_scale")
+        if kw.get("mode") != "swiglu" or pre is None:
+            return real(a, b, seg, counts, out, **kw)
+        kw["pre_scale"] = None
+        path = real(a, b, seg, counts, out, **kw)
+        out.mul_(pre[:, :1])
+        return path
+
+    monkeypatch.setattr(ml._gemm, "grouped_gemm", pre_late)
+    assert _problems(*_setup(recipe="fp8_mxfp4", clamp=0.5))
+
+
+def test_planted_a2_unrounded_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A2 as bf16(act) with d = 1 instead of its safe-FP8 quantization: FC2 sees different
+    values (act is not rounded to E4M3)."""
+    def fake_a2(act, a2, d, seg, counts):  # type: ignore[no-untyped-def]
+        a2.copy_(act.to(torch.bfloat16))
+        d.fill_(1.0)
+        return "torch"
+
+    monkeypatch.setattr(ml._a2, "quantize_a2_safe_fp8", fake_a2)
+    assert _problems(*_setup(recipe="fp8_mxfp4"))
+
+
+def test_planted_mxfp4_scale_rows_not_interleaved_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """W13 codes interleaved but their scale bytes left in the canonical row order."""
+    real = ml.interleave_rows
+    calls = {"n": 0}
+
+    def codes_only(x):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        return real(x) if calls["n"] % 2 == 1 else x.contiguous()
+
+    monkeypatch.setattr(ml, "interleave_rows", codes_only)
+    assert _problems(*_setup(recipe="fp8_mxfp4"))

@@ -1,7 +1,8 @@
-"""The MegaMoE layer on the H200 (CONTRACTS.md s1-s10, issue 7): every stage a CuTe DSL
-kernel; every live row within the section 8 bound of the oracle, inactive rows exactly zero;
-the invariance contract bitwise; the changing-route scenario set on one captured graph;
-route errors eager and under graphs; bad metadata refused before any launch."""
+"""The MegaMoE layer on the H200 (CONTRACTS.md s1-s10, issue 7), for every recipe the layer
+runs (``bf16``, ``fp8_mxfp4``): every stage a CuTe DSL kernel; every live row within the
+section 8 bound of the oracle, inactive rows exactly zero; the invariance contract bitwise;
+the changing-route scenario set on one captured graph; route errors eager and under graphs;
+bad metadata refused before any launch; the fp8_mxfp4 tiny-value cases."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from hypothesis import strategies as st
 
 from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, RESTORED_FROM, make_sequence
 from megamoe import ConfigError, RouteError
-from megamoe.layer import LayerConfig, MoELayer
+from megamoe.experts.mxfp4 import Mxfp4Matrix
+from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
+from oracle.formats import quantize_mxfp4
 from oracle.routing import find_route_violations
 from tests.layer_check import compare_rows, layer_routes, layer_weights, oracle_output
 
@@ -31,11 +34,11 @@ W13, W2 = _weights(0)
 _LAYERS: dict[tuple, MoELayer] = {}
 
 
-def _layer(dev, clamp=None, late=False) -> MoELayer:  # type: ignore[no-untyped-def]
-    key = (str(dev), clamp, late)
+def _layer(dev, clamp=None, late=False, recipe="bf16") -> MoELayer:  # type: ignore[no-untyped-def]
+    key = (str(dev), clamp, late, recipe)
     if key not in _LAYERS:
-        _LAYERS[key] = MoELayer(LayerConfig(E, K, H, INTER, C, clamp=clamp, late_weighting=late),
-                                W13, W2, dev)
+        cfg = LayerConfig(E, K, H, INTER, C, recipe=recipe, clamp=clamp, late_weighting=late)
+        _LAYERS[key] = MoELayer(cfg, W13, W2, dev)
     return _LAYERS[key]
 
 
@@ -57,24 +60,26 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     id_dtype=st.sampled_from(ID_DTYPES),
     score_dtype=st.sampled_from(SCORE_DTYPES),
     seed=st.integers(0, 2**31),
+    recipe=st.sampled_from(LAYER_RECIPES),
 )
 def test_every_live_row_meets_the_oracle(cuda_device, t, mask_p, clamp, late, id_dtype,
-                                         score_dtype, seed) -> None:
-    layer = _layer(cuda_device, clamp, late)
+                                         score_dtype, seed, recipe) -> None:
+    layer = _layer(cuda_device, clamp, late, recipe)
     x, ids, w = _routes(seed, t, mask_p, cuda_device, id_dtype, score_dtype)
     before = [v.clone() for v in (x, ids, w)]
     out = layer.warmup(x, ids, w)
-    assert set(vars(layer.last_paths).values()) == KERNEL_PATHS, layer.last_paths
-    report = compare_rows(out, oracle_output(layer.config, W13, W2, x, ids, w), ids, "bf16")
+    assert set(layer.last_paths.values()) == KERNEL_PATHS, layer.last_paths
+    report = compare_rows(out, oracle_output(layer.config, W13, W2, x, ids, w), ids, recipe)
     assert report.problems == (), report
     for a, b in zip(before, (x, ids, w), strict=True):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
-def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(cuda_device) -> None:
+@pytest.mark.parametrize("recipe", LAYER_RECIPES)
+def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(cuda_device, recipe) -> None:
     """CONTRACTS.md s8 invariance: row 0's bits stay the same whatever the other rows hold,
     how many there are, and whether masked slots carry NaN/Inf or zero."""
-    layer = _layer(cuda_device)
+    layer = _layer(cuda_device, recipe=recipe)
     x, ids, w = _routes(11, 64, 0.3, cuda_device)
     ids[0] = torch.tensor([3, -1], device=cuda_device)
     w[0, 1] = float("nan")
@@ -98,20 +103,22 @@ def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(cuda_device) -> Non
 
 def _poison(layer: MoELayer, *buffers: torch.Tensor) -> None:
     """NaN into the layer's data buffers and the given caller buffers (CONTRACTS.md s10)."""
-    for t in (layer._a1, layer._a2, layer._h2, layer._terms, layer._out,
-              layer._stage_ws.payload, layer._layout_ws.view("order"), *buffers):
+    for t in (layer._a1, layer._a2, layer._h2, layer._terms, layer._out, layer._act,
+              layer._pre1, layer._pre2, layer._stage_ws.payload,
+              layer._layout_ws.view("order"), *buffers):
         if t.is_floating_point():
             t.fill_(float("nan"))
         else:
             t.fill_(-7)
 
 
-def test_changing_route_scenarios_replay_on_one_graph(cuda_device) -> None:
+@pytest.mark.parametrize("recipe", LAYER_RECIPES)
+def test_changing_route_scenarios_replay_on_one_graph(cuda_device, recipe) -> None:
     """CONTRACTS.md s10 (single-rank): one captured forward over capacity-shaped buffers,
     17 replays per state, NaN poured into the workspace and the output between states;
     every live row against the oracle, first and last replay bitwise equal to an eager
     forward, rows past the live count untouched, ``restored`` equal to the first state."""
-    layer = _layer(cuda_device)
+    layer = _layer(cuda_device, recipe=recipe)
     states = make_sequence(world_size=1, capacity=C, top_k=K, num_experts=E, hidden_size=H,
                            seed=5, device=cuda_device)
     s_x = torch.zeros(C, H, dtype=torch.bfloat16, device=cuda_device)
@@ -151,14 +158,16 @@ def test_changing_route_scenarios_replay_on_one_graph(cuda_device) -> None:
         eager = layer.forward(x_l, ids_l, w_l)
         assert torch.equal(_bits(eager), _bits(first[:t])), state.name
         want = oracle_output(layer.config, W13, W2, x_l, ids_l, w_l)
-        report = compare_rows(first[:t], want, ids_l, "bf16")
+        report = compare_rows(first[:t], want, ids_l, recipe)
         assert report.problems == (), (state.name, report)
         first_bits[state.name] = _bits(first[:t])
     assert torch.equal(first_bits["restored"], first_bits[RESTORED_FROM])
 
 
-def test_bad_routes_under_a_graph_give_nan_rows_and_check_errors_raises(cuda_device) -> None:
-    layer = _layer(cuda_device)
+@pytest.mark.parametrize("recipe", LAYER_RECIPES)
+def test_bad_routes_under_a_graph_give_nan_rows_and_check_errors_raises(cuda_device,
+                                                                        recipe) -> None:
+    layer = _layer(cuda_device, recipe=recipe)
     x, ids, w = _routes(21, 16, 0.0, cuda_device)
     layer.warmup(x, ids, w)
     out = torch.zeros(16, H, dtype=torch.bfloat16, device=cuda_device)
@@ -199,6 +208,63 @@ def test_eager_route_error_and_bad_metadata_write_nothing(cuda_device) -> None:
     assert bool((out == 3.0).all())
 
 
+def test_fp8_mxfp4_non_finite_hidden_row_is_a_route_error_eager_and_under_graphs(
+        cuda_device) -> None:
+    """CONTRACTS.md s4: safe-FP8 input rows must be finite, checked like routes."""
+    layer = _layer(cuda_device, recipe="fp8_mxfp4")
+    x, ids, w = _routes(24, 12, 0.0, cuda_device)
+    layer.warmup(x, ids, w)
+    out = torch.full((12, H), 3.0, dtype=torch.bfloat16, device=cuda_device)
+    bad = x.clone()
+    bad[4, 17] = float("inf")
+    with pytest.raises(RouteError, match="non_finite_input"):
+        layer.forward(bad, ids, w, out=out)
+    assert bool((out == 3.0).all())
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        layer.forward(x, ids, w, out=out)
+    graph.replay()
+    torch.cuda.synchronize()
+    layer.check_errors()
+    clean = out.clone()
+    x[4, 17] = float("nan")
+    graph.replay()
+    torch.cuda.synchronize()
+    assert bool(out[4].isnan().all())
+    keep = torch.arange(12) != 4
+    assert torch.equal(_bits(out[keep]), _bits(clean[keep]))
+    with pytest.raises(RouteError, match="non_finite_input"):
+        layer.check_errors()
+
+
+@pytest.mark.parametrize(("amplitude", "w13_scale_raise"), [
+    (1e-15, 0), (1e-18, 0), (1e-19, 0), (1e-35, 55),
+])
+def test_fp8_mxfp4_tiny_values_stay_finite_non_zero_and_within_the_bound(
+        cuda_device, amplitude, w13_scale_raise) -> None:
+    """Issue 7 tiny-value cases: hidden amplitude 1e-15 .. 1e-19, and 1e-35 with the W13
+    scale bytes raised by 55; every row finite, non-zero, within 0.025 of the oracle by
+    relative L2 alone (``compare_rows`` has no absolute tolerance)."""
+    h, i = H, INTER
+    g = torch.Generator().manual_seed(23)
+    p13, s13 = quantize_mxfp4(torch.randn(1, 2 * i, h, generator=g) * 0.5)
+    p2, s2 = quantize_mxfp4(torch.randn(1, h, i, generator=g) * 0.5)
+    w13 = Mxfp4Matrix(p13, s13 + w13_scale_raise)
+    w2 = Mxfp4Matrix(p2, s2)
+    cfg = LayerConfig(1, 1, h, i, 8, recipe="fp8_mxfp4")
+    layer = MoELayer(cfg, w13, w2, cuda_device)
+    x = (torch.randn(8, h, generator=g) * amplitude).bfloat16().to(cuda_device)
+    ids = torch.zeros(8, 1, dtype=torch.int64, device=cuda_device)
+    w = torch.ones(8, 1, device=cuda_device)
+    out = layer.warmup(x, ids, w)
+    assert set(layer.last_paths.values()) == KERNEL_PATHS
+    assert bool(torch.isfinite(out).all()) and bool((out != 0).any(dim=1).all())
+    report = compare_rows(out, oracle_output(cfg, w13, w2, x, ids, w), ids, "fp8_mxfp4")
+    assert report.problems == (), report
+    layer.destroy()
+
+
 @pytest.mark.sanitizer
 def test_sanitizer_case_layer_small(cuda_device) -> None:
     """Designated small case of the whole layer (staging, layout, permute, both grouped
@@ -208,7 +274,23 @@ def test_sanitizer_case_layer_small(cuda_device) -> None:
     layer = MoELayer(LayerConfig(e, k, h, i, c), w13, w2, cuda_device)
     x, ids, w = _routes(23, 6, 0.3, cuda_device, e=e, k=k, h=h)
     out = layer.warmup(x, ids, w)
-    assert set(vars(layer.last_paths).values()) == KERNEL_PATHS
+    assert set(layer.last_paths.values()) == KERNEL_PATHS
     report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids, "bf16")
+    assert report.problems == (), report
+    layer.destroy()
+
+
+@pytest.mark.sanitizer
+def test_sanitizer_case_layer_small_fp8_mxfp4(cuda_device) -> None:
+    """Designated small case of the fp8_mxfp4 layer (safe-FP8 staging, layout, widening
+    gather, both MXFP4 GEMMs, the A2 quantizer, combine) for the compute-sanitizer suite."""
+    e, k, h, i, c = 4, 2, 128, 64, 8
+    w13, w2 = _weights(3, e, h, i)
+    layer = MoELayer(LayerConfig(e, k, h, i, c, recipe="fp8_mxfp4"), w13, w2, cuda_device)
+    x, ids, w = _routes(23, 6, 0.3, cuda_device, e=e, k=k, h=h)
+    out = layer.warmup(x, ids, w)
+    assert set(layer.last_paths.values()) == KERNEL_PATHS
+    report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids,
+                          "fp8_mxfp4")
     assert report.problems == (), report
     layer.destroy()

@@ -1,0 +1,344 @@
+"""Grouped expert GEMM with MXFP4 weights dequantized inside the mainloop (Hopper, sm_90a).
+
+The expert GEMMs of the ``fp8_mxfp4`` recipe (CONTRACTS.md s4 MXFP4, s5): the same grouped
+raster, segments, epilogues and row rules as ``grouped_gemm_kernel`` (its module docstring),
+with ``b`` an MXFP4 matrix per expert instead of bf16:
+
+- ``b`` packed E2M1 codes, uint8 ``[E, N, K / 2]`` (element ``2j`` in the low nibble of byte
+  ``j``), and E8M0 scale bytes, uint8 ``[E, N, K / 32]`` (one per 32 elements along K);
+- element value ``e2m1(code) * 2**(byte - 127)`` (byte 255: NaN), computed as one exact
+  float32 product (or +-Inf past float32's range, as in the oracle's float32 dequant) and
+  converted to bf16, which is exact: an E2M1 magnitude has at most 2 significant bits and
+  bf16 has float32's exponent range, subnormals included. So the bf16 wgmma sees exactly the
+  values of ``oracle.formats.dequantize_mxfp4``; the weights are never written to global
+  memory in any other format than the packed one.
+
+Pipeline per K tile (``TILE_K`` = 64): warp 0 issues TMA copies of the A tile (bf16, 128B
+swizzle) and of the tile's packed codes (``tile_n x 32`` bytes, unswizzled) into a
+``stages``-deep ``PipelineTmaAsync``; all 256 MMA threads then decode the codes of the stage
+into one of ``CONVERT_BUFS`` bf16 B tiles (the 128B-swizzled layout wgmma reads), make the
+writes visible to the async proxy (``fence.proxy.async``), meet at a CTA barrier, and issue
+the wgmmas. Three B buffers make the reuse safe without waiting for the MMAs: a thread
+decodes tile ``kt`` into buffer ``kt % 3`` only after the barrier of tile ``kt - 1``, which
+every warpgroup reaches after its ``wait_group(1)`` of tile ``kt - 2``, so every wgmma of tile
+``kt - 3`` (the buffer's previous reader) is complete. The scale bytes of the tile's
+``tile_n`` weight rows (all of K: ``tile_n * K / 32`` bytes, one contiguous run) are copied
+to shared memory once per tile before the mainloop.
+
+The K loop is fixed and in order (no split-K), so a row's bits depend only on its own ``a``
+row, its pre-scale and score, and ``b[e]`` (the invariance contract, CONTRACTS.md s8).
+"""
+
+# no `from __future__ import annotations`: cute.struct reads its annotations as objects
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import BFloat16, Float32, Int32, Uint8
+from cutlass.utils import LayoutEnum
+
+from megamoe.experts.grouped_gemm_kernel import (
+    _ALIGN,
+    MMA_WARPGROUPS,
+    MODES,
+    THREADS,
+    TILE_K,
+    TILE_M,
+    KernelConfig,
+    _fake_ptr,
+    make_locate,
+    make_store,
+)
+from megamoe.kernel_registry import register_kernel
+from megamoe.staging.dsl_bits import i2f
+
+MX_BLOCK = 32
+"""Elements per E8M0 scale byte along K (CONTRACTS.md s4, MXFP4)."""
+PACKED_K = TILE_K // 2
+"""Bytes of packed codes per weight row per K tile."""
+CONVERT_BUFS = 3
+"""bf16 B tiles the decode rotates through (module docstring: why three)."""
+SCALE_NAN_BYTE = 0xFF
+CHUNK = 8
+"""bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
+MXFP4_CONFIGS = (KernelConfig(128, 6), KernelConfig(64, 8))
+"""The compiled variants, preferred first (one CTA per tile; no persistent variant yet)."""
+
+
+def mxfp4_default_config(n: int) -> KernelConfig:
+    """The first of ``MXFP4_CONFIGS`` whose column tile divides ``N``."""
+    for cfg in MXFP4_CONFIGS:
+        if n % cfg.tile_n == 0:
+            return cfg
+    raise ValueError(f"N: expected a multiple of {MXFP4_CONFIGS[-1].tile_n}, got {n}")
+
+
+def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    if cfg not in MXFP4_CONFIGS:
+        raise ValueError(f"config: expected one of {[c.name for c in MXFP4_CONFIGS]}, "
+                         f"got {cfg.name}")
+    swiglu = mode == "swiglu"
+    tile_n, stages = cfg.tile_n, cfg.stages
+    n_out = n // 2 if swiglu else n
+    n_tiles = n // tile_n
+    k_tiles = k // TILE_K
+    k_scales = k // MX_BLOCK
+    tile_mnk = (TILE_M, tile_n, TILE_K)
+    tx_bytes = TILE_M * TILE_K * 2 + tile_n * PACKED_K
+    bytes_per_thread = tile_n * PACKED_K // THREADS  # 8 (tile_n 64) or 16 (tile_n 128)
+    threads_per_row = PACKED_K // bytes_per_thread
+    half_block = MX_BLOCK // 2  # packed bytes per scale
+    chunks_per_thread = 2 * bytes_per_thread // CHUNK
+    locate = make_locate(n_tiles)
+    store = make_store(swiglu, n_out, out_f32)
+
+    @cute.struct
+    class Storage:
+        bars: cute.struct.MemRange[cutlass.Int64, stages * 2]
+        sa: cute.struct.Align[cute.struct.MemRange[BFloat16, TILE_M * TILE_K * stages], _ALIGN]
+        sb: cute.struct.Align[
+            cute.struct.MemRange[BFloat16, tile_n * TILE_K * CONVERT_BUFS], _ALIGN
+        ]
+        sq: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * PACKED_K * stages], 128]
+        ss: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * k_scales], 16]
+
+    @cute.jit
+    def decode(s_q: cute.Tensor, s_s: cute.Tensor, s_b16: cute.Tensor, b_outer: cute.Layout,
+               wrow: Int32, b0: Int32, stage: Int32, buf: Int32, kt: Int32):
+        """Decode this thread's packed codes of one stage into bf16 B buffer ``buf``."""
+        # & 0xFF: a Uint8 load widens with its sign bit (bytes >= 128 would go negative)
+        sbyte = Int32(s_s[wrow, kt * (TILE_K // MX_BLOCK) + b0 // half_block]) & 0xFF
+        sbits = Int32(cutlass.select_(sbyte == Int32(0), Int32(0x00400000), sbyte << 23))
+        sbits = Int32(cutlass.select_(sbyte == Int32(SCALE_NAN_BYTE), Int32(0x7FC00000), sbits))
+        scale = i2f(sbits)
+        for c in cutlass.range_constexpr(chunks_per_thread):
+            frag = cute.make_rmem_tensor(cute.make_layout(CHUNK), BFloat16)
+            for j in cutlass.range_constexpr(CHUNK // 2):
+                byte = Int32(s_q[wrow, b0 + c * (CHUNK // 2) + j, stage]) & 0xFF
+                for h in cutlass.range_constexpr(2):
+                    code = (byte >> (4 * h)) & 0xF
+                    ex = (code >> 1) & 3
+                    m = code & 1
+                    twice = Int32(cutlass.select_(ex == Int32(0), m, (m + 2) << (ex - 1)))
+                    v = Float32(twice) * Float32(0.5) * scale
+                    v = Float32(cutlass.select_((code & 8) != Int32(0), -v, v))
+                    frag[2 * j + h] = v.to(BFloat16)
+            # the chunk's place in the 128B-swizzled tile (byte address bits 4-6 ^= bits
+            # 7-9; a 16-byte chunk stays contiguous)
+            off = cute.crd2idx((wrow, 2 * b0 + c * CHUNK, buf), b_outer) * 2
+            off = off ^ (((off >> 7) & 7) << 4)
+            s_b16[off // (2 * CHUNK), None].store(frag.load())
+
+    @cute.jit
+    def mma(tiled_mma: cute.TiledMma, acc: cute.Tensor, t_ca: cute.Tensor, t_cb: cute.Tensor,
+            stage: Int32, buf: Int32):
+        """Publish the decoded tile to the async proxy, meet, and issue its wgmmas."""
+        cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
+                              space=cute.arch.SharedSpace.shared_cta)
+        cute.arch.sync_threads()
+        cute.nvgpu.warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(t_ca, mode=[2])):
+            cute.gemm(tiled_mma, acc, t_ca[(None, None, kb, stage)],
+                      t_cb[(None, None, kb, buf)], acc)
+        cute.nvgpu.warpgroup.commit_group()
+
+    @cute.kernel
+    def kernel(
+        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_q: cute.CopyAtom, m_q: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, q_layout: cute.Layout,
+        wscale_ptr: cute.Pointer, out_ptr: cute.Pointer, seg_ptr: cute.Pointer,
+        cnt_ptr: cute.Pointer, scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32,
+        num_experts: Int32, use_scale: Int32, use_pre: Int32, clamp: Float32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        pid_m, pid_n, e, row0, live, live_end = locate(bid, m_cap, seg_ptr, cnt_ptr, num_experts)
+
+        if live:
+            if warp_idx == 0:
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
+            smem = cutlass.utils.SmemAllocator()
+            storage = smem.allocate(Storage)
+            mainloop = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.bars.data_ptr(),
+                num_stages=stages,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, THREADS // 32),
+                tx_count=tx_bytes,
+                defer_sync=True,
+            )
+            pipeline.pipeline_init_arrive()
+            s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
+            s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
+            # the same bytes, unswizzled, as 16-byte chunks (the decode's stores)
+            s_b16 = cute.make_tensor(
+                storage.sb.data_ptr(),
+                cute.make_layout((tile_n * TILE_K * CONVERT_BUFS // CHUNK, CHUNK),
+                                 stride=(CHUNK, 1)),
+            )
+            s_q = storage.sq.get_tensor(q_layout)
+            s_s = storage.ss.get_tensor(
+                cute.make_layout((tile_n, k_scales), stride=(k_scales, 1))
+            )
+
+            # this tile's scale bytes: rows [pid_n * tile_n, +tile_n) of expert e, all of K
+            m_ws = cute.make_tensor(
+                wscale_ptr, cute.make_layout((n * k_scales, num_experts), stride=(1, n * k_scales))
+            )
+            base = pid_n * (tile_n * k_scales)
+            for idx in cutlass.range(tidx, tile_n * k_scales, THREADS, unroll=4):
+                s_s[idx // k_scales, idx % k_scales] = m_ws[base + idx, e]
+
+            g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
+            g_q = cute.local_tile(m_q, (tile_n, PACKED_K), (pid_n, None, e))
+            t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
+                tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
+                cute.group_modes(g_a, 0, 2),
+            )
+            t_sq, t_gq = cute.nvgpu.cpasync.tma_partition(
+                tma_q, 0, cute.make_layout(1), cute.group_modes(s_q, 0, 2),
+                cute.group_modes(g_q, 0, 2),
+            )
+
+            wg = cute.arch.make_warp_uniform(tidx // 128)
+            thr_mma = tiled_mma.get_slice(cute.make_layout(MMA_WARPGROUPS, stride=128)(wg))
+            t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
+            t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
+            c_coord = tiled_mma.get_slice(tidx).partition_C(
+                cute.make_identity_tensor((TILE_M, tile_n))
+            )
+            acc = cute.make_rmem_tensor(c_coord.shape, Float32)
+            acc.fill(0.0)
+
+            pipeline.pipeline_init_wait()
+            cute.arch.sync_threads()  # s_s complete before any decode reads it
+
+            prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
+            if warp_idx == 0:
+                for _ in cutlass.range(min(stages, k_tiles), unroll=1):
+                    mainloop.producer_acquire(prod)
+                    bar = mainloop.producer_get_barrier(prod)
+                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
+                              tma_bar_ptr=bar)
+                    cute.copy(tma_q, t_gq[(None, prod.count)], t_sq[(None, prod.index)],
+                              tma_bar_ptr=bar)
+                    mainloop.producer_commit(prod)
+                    prod.advance()
+
+            # this thread decodes bytes [b0, b0 + bytes_per_thread) of weight row `wrow`:
+            # one scale block (bytes_per_thread <= half_block and b0 is a multiple of it)
+            wrow = tidx // threads_per_row
+            b0 = (tidx % threads_per_row) * bytes_per_thread
+
+            read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
+            release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
+            tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+            mainloop.consumer_wait(read)
+            decode(s_q, s_s, s_b16, b_layout.outer, wrow, b0, read.index, Int32(0), Int32(0))
+            mma(tiled_mma, acc, t_ca, t_cb, read.index, Int32(0))
+            read.advance()
+            buf = Int32(1)
+            for kt in cutlass.range(1, k_tiles, unroll=1):
+                mainloop.consumer_wait(read)
+                decode(s_q, s_s, s_b16, b_layout.outer, wrow, b0, read.index, buf, kt)
+                mma(tiled_mma, acc, t_ca, t_cb, read.index, buf)
+                # tile kt - 1's wgmmas are complete: free its stage and refill it
+                cute.nvgpu.warpgroup.wait_group(1)
+                mainloop.consumer_release(release)
+                release.advance()
+                read.advance()
+                buf = Int32(cutlass.select_(buf == Int32(CONVERT_BUFS - 1), Int32(0), buf + 1))
+                if (warp_idx == 0) & (prod.count < k_tiles):
+                    mainloop.producer_acquire(prod)
+                    bar = mainloop.producer_get_barrier(prod)
+                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
+                              tma_bar_ptr=bar)
+                    cute.copy(tma_q, t_gq[(None, prod.count)], t_sq[(None, prod.index)],
+                              tma_bar_ptr=bar)
+                    mainloop.producer_commit(prod)
+                    prod.advance()
+            cute.nvgpu.warpgroup.wait_group(0)
+
+            store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0, pid_n * tile_n,
+                  live_end, use_scale, use_pre, clamp)
+
+    @cute.jit
+    def launch(
+        a_ptr: cute.Pointer, q_ptr: cute.Pointer, wscale_ptr: cute.Pointer,
+        out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+        scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
+        use_scale: Int32, use_pre: Int32, clamp: Float32, stream: cuda.CUstream,
+    ):
+        m_a = cute.make_tensor(a_ptr, cute.make_layout((m_cap, k), stride=(k, 1)))
+        m_q = cute.make_tensor(
+            q_ptr, cute.make_layout((n, k // 2, num_experts), stride=(k // 2, 1, n * k // 2))
+        )
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            BFloat16, BFloat16, LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
+            LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), Float32,
+            (MMA_WARPGROUPS, 1, 1), tiler_mn=(64, tile_n),
+        )
+        a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
+        b_layout = sm90_utils.make_smem_layout_b(
+            LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, CONVERT_BUFS
+        )
+        q_layout = cute.make_layout(
+            (tile_n, PACKED_K, stages), stride=(PACKED_K, 1, tile_n * PACKED_K)
+        )
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        tma_a, t_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            g2s, m_a, cute.slice_(a_layout, (None, None, 0)), (TILE_M, TILE_K)
+        )
+        tma_q, t_q = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, PACKED_K)
+        )
+        tiles = (m_cap + (TILE_M - 1)) // TILE_M * n_tiles
+        kernel(
+            tma_a, t_a, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
+            wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
+            use_scale, use_pre, clamp,
+        ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream)
+
+    return launch
+
+
+def compile_mxfp4_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
+                       ptrs=None, stream=None, out_f32: bool = False):
+    """``cute.compile`` the MXFP4-weight grouped GEMM for one (mode, N, K, config; default
+    ``mxfp4_default_config(n)``; output bf16, or float32 when ``out_f32``).
+
+    The compiled object takes ``(a, codes, scale_bytes, out, seg_start, counts, row_scale,
+    pre_scale, m_cap, E, use_scale, use_pre, clamp, stream)``; ``ptrs`` (the eight pointers)
+    default to fake addresses (the offline compile gate).
+    """
+    cfg = cfg if cfg is not None else mxfp4_default_config(n)
+    if n % cfg.tile_n or k % TILE_K:
+        raise ValueError(f"N, K: expected multiples of ({cfg.tile_n}, {TILE_K}), got ({n}, {k})")
+    if ptrs is None:
+        ptrs = (
+            _fake_ptr(BFloat16, 16), _fake_ptr(Uint8, 16), _fake_ptr(Uint8, 1),
+            _fake_ptr(Float32 if out_f32 else BFloat16, 4 if out_f32 else 2),
+            _fake_ptr(Int32, 4), _fake_ptr(Int32, 4), _fake_ptr(Float32, 4),
+            _fake_ptr(Float32, 16),
+        )
+    return cute.compile(
+        _make(mode, n, k, cfg, out_f32), *ptrs, Int32(TILE_M), Int32(1), Int32(0), Int32(0),
+        Float32(0.0), stream if stream is not None else cuda.CUstream(0),
+    )
+
+
+@register_kernel("grouped_gemm_mxfp4_swiglu_f32_k256_n256_n128s6")
+def build_mxfp4_gemm_swiglu():
+    return compile_mxfp4_gemm("swiglu", 256, 256, KernelConfig(128, 6), out_f32=True)
+
+
+@register_kernel("grouped_gemm_mxfp4_plain_k128_n192_n64s8")
+def build_mxfp4_gemm_plain():
+    return compile_mxfp4_gemm("plain", 192, 128, KernelConfig(64, 8))

@@ -1,0 +1,131 @@
+"""A2 of the ``fp8_mxfp4`` recipe: safe FP8 per row over the float32 SwiGLU output, one
+CuTe DSL launch (CONTRACTS.md s4 safe FP8, s5 step 5).
+
+The safe-FP8 scale of a row spans all ``I`` columns, which no FC1 tile sees whole (a tile
+holds ``tile_n / 2`` of them), so FC1 writes ``act`` in float32 and this kernel quantizes
+each live row (``seg_start[e] <= r < seg_start[e] + counts[e]``, read on the device):
+
+- ``amax`` = the largest ``bits & 0x7FFFFFFF`` of the row (exact; NaN/Inf seen by the same
+  bits): per thread over 16-byte loads, per warp by shuffles, per block through shared
+  memory; ``(q, d)`` by ``megamoe.staging.safe_fp8_kernel.safe_fp8_scale`` (the staging
+  kernel's own code, one IEEE float32 operation per step);
+- payload ``e4m3_sat(x * q)`` (tiny path) or ``e4m3_sat(x / d)``, written as its exact bf16
+  value (the GEMM operand FC2 reads; every E4M3 value is a bf16 value, so its bits are the
+  top half of the float32 bits; NaN is ``0x7FC0``), and ``d`` to all
+  four lanes of the scale wire ``[M_cap, 4]`` (FC2 multiplies its accumulators by it);
+- a row holding NaN/Inf gets ``d = NaN`` and NaN payload (its outputs become NaN, never a
+  plausible value; the oracle refuses such an A2).
+
+Grid: ``min(M_cap, MAX_BLOCKS)`` blocks of ``THREADS``; every block walks the experts'
+segments and takes rows ``seg_start[e] + bid, + grid, ...`` (work scales with live rows).
+Rows outside the live segments are neither read nor written.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils as cutlass_utils
+from cutlass import Float32, Int16, Int32
+from cutlass.cute.runtime import make_ptr
+
+from megamoe.kernel_registry import register_kernel
+from megamoe.staging.dsl_bits import e4m3_to_float, f2i, make_sat_fp8, sel
+from megamoe.staging.safe_fp8_kernel import fsel, safe_fp8_scale
+
+THREADS = 128
+WARPS = THREADS // 32
+VEC = 4
+"""float32 per 16-byte load (``I`` is a multiple of it)."""
+LANES = 4
+"""Columns of the scale wire (CONTRACTS.md s4)."""
+MAX_BLOCKS = 1024
+_FAKE_ADDR = 1 << 20
+
+_sat_e4m3 = make_sat_fp8("e4m3")
+
+
+@cute.kernel
+def _a2_kernel(
+    act_ptr: cute.Pointer, out_ptr: cute.Pointer, d_ptr: cute.Pointer,
+    seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+    m_cap: Int32, cols: Int32, num_experts: Int32,
+):
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    gdim, _, _ = cute.arch.grid_dim()
+    lane = tidx % 32
+    warp = tidx // 32
+    smem = cutlass_utils.SmemAllocator()
+    red = smem.allocate_tensor(Int32, cute.make_layout(WARPS), 16)
+    nvec = cols // VEC
+    row_s = cute.assume(cols, divby=VEC)
+    m_act = cute.make_tensor(act_ptr, cute.make_layout((m_cap, nvec, VEC), stride=(row_s, VEC, 1)))
+    m_out = cute.make_tensor(out_ptr, cute.make_layout((m_cap, nvec, VEC), stride=(row_s, VEC, 1)))
+    m_d = cute.make_tensor(d_ptr, cute.make_layout((m_cap, LANES), stride=(LANES, 1)))
+    seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
+    cnt = cute.make_tensor(cnt_ptr, cute.make_layout(num_experts))
+    for e in range(num_experts):
+        lo = seg[e]
+        hi = cutlass.min(cutlass.min(lo + cutlass.max(cnt[e], Int32(0)), seg[e + 1]), m_cap)
+        for r in range(lo + bidx, hi, gdim):
+            amax_b = Int32(0)
+            for c in range(tidx, nvec, THREADS):
+                f = cute.make_rmem_tensor(cute.make_layout(VEC), Float32)
+                f.store(m_act[r, c, None].load())
+                for j in cutlass.range_constexpr(VEC):
+                    amax_b = cutlass.max(amax_b, f2i(f[j]) & 0x7FFFFFFF)
+            amax_b = cute.arch.warp_reduction_max(amax_b)
+            if lane == Int32(0):
+                red[warp] = amax_b
+            cute.arch.sync_threads()
+            amax_b = red[0]
+            for w in cutlass.range_constexpr(1, WARPS):
+                amax_b = cutlass.max(amax_b, red[w])
+            q, d, bad_i, tiny_i = safe_fp8_scale(amax_b)
+            bad = bad_i != Int32(0)
+            tiny = tiny_i != Int32(0)
+            for c in range(tidx, nvec, THREADS):
+                f = cute.make_rmem_tensor(cute.make_layout(VEC), Float32)
+                f.store(m_act[r, c, None].load())
+                o = cute.make_rmem_tensor(cute.make_layout(VEC), Int16)
+                for j in cutlass.range_constexpr(VEC):
+                    x = Float32(f[j])
+                    v = fsel(tiny, x * q, x / d)
+                    # the payload's exact bf16 value: the top half of its float32 bits
+                    o[j] = Int16(f2i(e4m3_to_float(sel(bad, 0x7F, _sat_e4m3(v)))) >> 16)
+                m_out[r, c, None].store(o.load())
+            if tidx < Int32(LANES):
+                m_d[r, tidx] = d
+            cute.arch.sync_threads()  # `red` is reused by the next row
+
+
+@cute.jit
+def a2_launch(
+    act_ptr: cute.Pointer, out_ptr: cute.Pointer, d_ptr: cute.Pointer,
+    seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+    m_cap: Int32, cols: Int32, num_experts: Int32, blocks: Int32, stream: cuda.CUstream,
+):
+    _a2_kernel(act_ptr, out_ptr, d_ptr, seg_ptr, cnt_ptr, m_cap, cols, num_experts).launch(
+        grid=[blocks, 1, 1], block=[THREADS, 1, 1], smem=4 * WARPS + 16, stream=stream
+    )
+
+
+def _ptr(dtype, align: int):
+    return make_ptr(dtype, _FAKE_ADDR, cute.AddressSpace.gmem, assumed_align=align)
+
+
+def compile_a2_safe_fp8():
+    """``cute.compile`` the A2 quantizer; every size and pointer is a runtime argument
+    ``(act, a2, d, seg_start, counts, M_cap, I, E, blocks, stream)``."""
+    i0 = Int32(0)
+    return cute.compile(
+        a2_launch, _ptr(Float32, 16), _ptr(Int16, 8), _ptr(Float32, 16),
+        _ptr(Int32, 4), _ptr(Int32, 4), i0, i0, i0, i0, cuda.CUstream(0),
+    )
+
+
+@register_kernel("a2_safe_fp8")
+def build_a2_safe_fp8():
+    return compile_a2_safe_fp8()

@@ -1,0 +1,147 @@
+"""Grouped expert GEMM with MXFP4 weights on a Hopper GPU (CONTRACTS.md s4 MXFP4, s5, s8).
+
+- Exact decode: with ``a`` the identity, FC2's float32 output is the weights' dequantized
+  values bit for bit, for every E2M1 code under every E8M0 scale byte (0..255), so the
+  mainloop decode is exactly the oracle's float32 dequant (a NaN/Inf weight poisons its
+  whole output column through ``0 * NaN``, as in any GEMM).
+- Accuracy: every live row of every variant, mode, output dtype and with/without the
+  row pre-scale against the PyTorch path (``grouped_gemm_torch``, itself checked against
+  the oracle on the host) within the s8 bf16 bound; rows outside the segments untouched.
+- Invariance (s8): a row's bits do not depend on the other rows or its place in the tile.
+- The checker can fail: nibble-swapped codes (a planted decode bug) are caught.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from megamoe.experts import api
+from megamoe.experts.api import grouped_gemm, grouped_gemm_torch, padded_segment_starts
+from megamoe.experts.mxfp4 import Mxfp4Matrix
+from megamoe.experts.mxfp4_gemm_kernel import MXFP4_CONFIGS
+from oracle.formats import dequantize_mxfp4
+from tests.bitwise import same_bits
+from tests.host.test_grouped_gemm_host import POISON, live_mask, poison_, row_rel_errors
+from tests.mxfp4_case import make_mxfp4_case
+
+BF16_TOL = 0.01  # CONTRACTS.md s8 (the GEMM alone: bf16 operands, float32 accumulation)
+CFG_IDS = [c.name for c in MXFP4_CONFIGS]
+SHAPES = {"swiglu": (640, 256), "plain": (576, 384)}  # (K, N): K spans > stages k tiles
+
+
+def _run(case, mode, clamp, cfg=None, b=None):
+    path = grouped_gemm(case["a"], case["b"] if b is None else b, case["seg"], case["counts"],
+                        case["out"], mode=mode, row_scale=case["scale"], clamp=clamp,
+                        config=cfg, pre_scale=case["pre"])
+    assert path == api.PATH_KERNEL
+
+
+def _torch_rows(case, mode, clamp):
+    want = torch.empty_like(case["out"])
+    grouped_gemm_torch(case["a"], case["b"], case["seg"], case["counts"], want, mode=mode,
+                       row_scale=case["scale"], clamp=clamp, pre_scale=case["pre"])
+    return want
+
+
+def _check(case, mode, clamp) -> float:
+    seg, cnt = case["seg"].tolist(), case["counts"].tolist()
+    live = live_mask(seg, cnt, case["out"].shape[0]).to(case["out"].device)
+    got, want = case["out"][live], _torch_rows(case, mode, clamp)[live]
+    assert bool(torch.isfinite(got.float()).all()), "non-finite live row"
+    rel = row_rel_errors(got.float().cpu(), want.float().cpu())
+    worst = float(rel.max()) if rel.numel() else 0.0
+    assert worst <= BF16_TOL, f"row {int(rel.argmax())}: relative L2 {worst:.3g}"
+    dead = case["out"][~live].contiguous().view(torch.int16)
+    assert bool((dead == POISON).all()), "a row outside the live segments was written"
+    return worst
+
+
+@pytest.mark.parametrize("cfg", MXFP4_CONFIGS, ids=CFG_IDS)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize(("clamp", "pre"), [(None, True), (0.75, False), (0.0, True)])
+def test_swiglu_rows_match_the_torch_path(cuda_device, cfg, out_dtype, clamp, pre) -> None:
+    k, n = SHAPES["swiglu"]
+    case = make_mxfp4_case("swiglu", [0, 1, 130, 77, 256], k, n, seed=31, pre=pre,
+                           out_dtype=out_dtype, device=cuda_device)
+    poison_(case["out"])
+    _run(case, "swiglu", clamp, cfg)
+    print(f"mxfp4 swiglu {cfg.name} {out_dtype} clamp={clamp} pre={pre}: "
+          f"worst {_check(case, 'swiglu', clamp):.3g}")
+
+
+@pytest.mark.parametrize("cfg", [c for c in MXFP4_CONFIGS if 384 % c.tile_n == 0],
+                         ids=[c.name for c in MXFP4_CONFIGS if 384 % c.tile_n == 0])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("pre", [True, False])
+def test_plain_rows_match_the_torch_path(cuda_device, cfg, out_dtype, pre) -> None:
+    k, n = SHAPES["plain"]
+    case = make_mxfp4_case("plain", [128, 0, 3, 200], k, n, seed=32, pre=pre,
+                           out_dtype=out_dtype, device=cuda_device)
+    poison_(case["out"])
+    _run(case, "plain", None, cfg)
+    _check(case, "plain", None)
+
+
+def test_gpt_oss_shapes_in_their_default_variant(cuda_device) -> None:
+    """FC1 (K=2880, N=5760) and FC2 (K=2880, N=2880) of the gpt-oss-like layer."""
+    for mode, k, n in (("swiglu", 2880, 5760), ("plain", 2880, 2880)):
+        case = make_mxfp4_case(mode, [5, 140], k, n, seed=33, spread=3.0, device=cuda_device)
+        poison_(case["out"])
+        _run(case, mode, None)
+        _check(case, mode, None)
+
+
+def test_decode_is_exact_for_every_code_under_every_scale_byte(cuda_device) -> None:
+    """a = I (bf16), FC2 float32: out[m, n] = W[n, m] exactly, W holding every E2M1 code
+    under every E8M0 byte (row n: byte n for all its blocks)."""
+    n, k = 256, 128
+    # row n: bytes j + 64 * (n % 4): every code in the low nibble of every row (so under
+    # every scale byte), every code in the high nibble over four rows
+    j = torch.arange(k // 2).view(1, -1)
+    codes = ((j + 64 * (torch.arange(n).view(-1, 1) % 4)) % 256).to(torch.uint8)
+    codes = codes.unsqueeze(0).contiguous()
+    sbytes = torch.arange(n, dtype=torch.int32).to(torch.uint8).view(1, n, 1)
+    sbytes = sbytes.expand(1, n, k // 32).contiguous()
+    w = Mxfp4Matrix(codes.to(cuda_device), sbytes.to(cuda_device))
+    counts = torch.tensor([k], dtype=torch.int32)
+    eye = torch.eye(k, dtype=torch.bfloat16, device=cuda_device)
+    out = torch.empty(k, n, dtype=torch.float32, device=cuda_device)
+    assert grouped_gemm(eye, w, padded_segment_starts(counts).to(cuda_device),
+                        counts.to(cuda_device), out, mode="plain") == api.PATH_KERNEL
+    deq = dequantize_mxfp4(codes[0], sbytes[0])  # the oracle's float32 values [N, K]
+    want = deq.t().contiguous()
+    poisoned = ~torch.isfinite(deq).all(dim=1)  # 0 * NaN (or Inf) in every row of a = I
+    want[:, poisoned] = float("nan")
+    got = out.cpu()
+    assert torch.equal(got.isnan(), want.isnan())
+    fin = ~want.isnan()
+    bad = (got[fin] != want[fin]).nonzero().flatten()
+    assert bad.numel() == 0, f"{bad.numel()} decoded values differ, e.g. {got[fin][bad[:4]]} " \
+                             f"vs {want[fin][bad[:4]]}"
+    assert int(poisoned.sum()) < n // 8  # most rows are finite: the check covers them
+
+
+def test_row_bits_do_not_depend_on_other_rows_or_tile_position(cuda_device) -> None:
+    k, n = SHAPES["plain"]
+    case = make_mxfp4_case("plain", [200], k, n, seed=34, device=cuda_device)
+    _run(case, "plain", None)
+    ref = case["out"][7].clone()
+    row = case["a"][7].clone()
+    case2 = make_mxfp4_case("plain", [131], k, n, seed=35, device=cuda_device)
+    case2["b"], case2["a"][100] = case["b"], row
+    case2["pre"][100], case2["scale"][100] = case["pre"][7], case["scale"][7]
+    case2["a"][120:] = float("nan")  # padding rows hold NaN; they are never stored
+    _run(case2, "plain", None)
+    assert same_bits(case2["out"][100], ref)
+
+
+def test_the_checker_catches_nibble_swapped_codes(cuda_device) -> None:
+    k, n = SHAPES["plain"]
+    case = make_mxfp4_case("plain", [64, 70], k, n, seed=36, device=cuda_device)
+    swapped = Mxfp4Matrix(((case["b"].codes >> 4) | (case["b"].codes << 4)).contiguous(),
+                          case["b"].scales)
+    poison_(case["out"])
+    _run(case, "plain", None, b=swapped)
+    with pytest.raises(AssertionError, match="relative L2"):
+        _check(case, "plain", None)
