@@ -6,7 +6,8 @@ import torch
 
 from megamoe.experts.api import PRE_LANES, capacity_rows, padded_segment_starts
 from megamoe.experts.mxfp4 import Mxfp4Matrix, interleave_rows
-from oracle.formats import quantize_mxfp4
+from megamoe.experts.mxfp8 import Mxfp8Matrix
+from oracle.formats import quantize_mxfp4, quantize_mxfp8
 
 __all__ = ["make_mxfp4_case"]
 
@@ -14,8 +15,9 @@ __all__ = ["make_mxfp4_case"]
 def make_mxfp4_case(mode: str, counts: list[int], k: int, n: int, *, seed: int,
                     out_dtype: torch.dtype = torch.bfloat16, pre: bool = True,
                     scale: bool = True, spread: float = 8.0,
-                    device: str | torch.device = "cpu") -> dict:
-    """Random grouped inputs with MXFP4 weights quantized by the *oracle* from float weights
+                    device: str | torch.device = "cpu", weights: str = "mxfp4") -> dict:
+    """Random grouped inputs with MXFP4 (or, ``weights="mxfp8"``, MXFP8 E4M3) weights
+    quantized by the *oracle* from float weights
     whose rows span ``2**-spread .. 2**spread`` (so scale bytes above and below 127 occur),
     canonical ``w`` (gate rows first) and the kernel operand ``b`` (interleaved for swiglu),
     a per-row ``pre`` scale wire ``[M_cap, 4]`` and score ``scale``."""
@@ -27,10 +29,15 @@ def make_mxfp4_case(mode: str, counts: list[int], k: int, n: int, *, seed: int,
     a = torch.randn(m_cap, k, generator=gen).to(torch.bfloat16)
     mag = torch.exp2(torch.linspace(-spread, spread, n)).view(1, n, 1)
     w = torch.randn(e, n, k, generator=gen) * mag / k**0.5
-    codes, sbytes = quantize_mxfp4(w)
-    canonical = Mxfp4Matrix(codes, sbytes)
-    b = (Mxfp4Matrix(interleave_rows(codes), interleave_rows(sbytes)) if mode == "swiglu"
-         else Mxfp4Matrix(codes.clone(), sbytes.clone()))
+    if weights == "mxfp8":
+        codes, sbytes = quantize_mxfp8(w, elem="e4m3")
+        kind = Mxfp8Matrix
+    else:
+        codes, sbytes = quantize_mxfp4(w)
+        kind = Mxfp4Matrix
+    canonical = kind(codes, sbytes)
+    b = (kind(interleave_rows(codes), interleave_rows(sbytes)) if mode == "swiglu"
+         else kind(codes.clone(), sbytes.clone()))
     d = (torch.rand(m_cap, 1, generator=gen) * 2 + 0.25).expand(m_cap, PRE_LANES).contiguous()
     rs = torch.rand(m_cap, generator=gen) + 0.5
     out_cols = n // 2 if mode == "swiglu" else n
@@ -39,6 +46,9 @@ def make_mxfp4_case(mode: str, counts: list[int], k: int, n: int, *, seed: int,
     def to(t):
         return t.to(device) if t is not None else None
 
-    return dict(a=to(a), w=Mxfp4Matrix(to(canonical.codes), to(canonical.scales)),
-                b=Mxfp4Matrix(to(b.codes), to(b.scales)), seg=to(seg), counts=to(cnt),
+    def moved(m):
+        return kind(*(to(t) for t in (getattr(m, f) for f in ("codes", "payload", "scales")
+                                          if hasattr(m, f))))
+
+    return dict(a=to(a), w=moved(canonical), b=moved(b), seg=to(seg), counts=to(cnt),
                 pre=to(d) if pre else None, scale=to(rs) if scale else None, out=to(out))

@@ -48,6 +48,7 @@ from megamoe.experts.grouped_gemm_kernel import (
     default_config,
 )
 from megamoe.experts.mxfp4 import Mxfp4Matrix
+from megamoe.experts.mxfp8 import Mxfp8Matrix
 from megamoe.staging.compile_cache import CompileDuringCaptureError
 from megamoe.staging.constants import MX_BLOCK
 
@@ -67,6 +68,7 @@ __all__ = [
     "PATH_TORCH",
     "CompileDuringCaptureError",
     "Mxfp4Matrix",
+    "Mxfp8Matrix",
     "capacity_rows",
     "grouped_gemm",
     "grouped_gemm_torch",
@@ -112,7 +114,26 @@ def _out_cols(mode: str, n: int) -> int:
 
 
 def _check_b(b: object, k: int) -> tuple[int, int, str]:
-    """``b`` metadata: bf16 ``[E, N, K]`` or an ``Mxfp4Matrix``; returns (E, N, weights)."""
+    """``b`` metadata: bf16 ``[E, N, K]``, an ``Mxfp4Matrix`` or an ``Mxfp8Matrix``; returns
+    (E, N, weights)."""
+    if isinstance(b, Mxfp8Matrix):
+        payload, scales = b.payload, b.scales
+        for name, t, dts in (("b.payload", payload, (torch.float8_e4m3fn, torch.uint8)),
+                             ("b.scales", scales, (torch.uint8,))):
+            if not isinstance(t, torch.Tensor):
+                raise ConfigError(name, "a torch.Tensor", type(t).__name__)
+            if t.dtype not in dts:
+                raise ConfigError(f"{name}.dtype", " or ".join(map(str, dts)), t.dtype)
+            if t.dim() != 3 or not t.is_contiguous():
+                raise ConfigError(name, "contiguous 3-D", f"{tuple(t.shape)} {t.stride()}")
+        e, n, kp = payload.shape
+        if kp != k:
+            raise ConfigError("b.payload.shape[2]", f"K = {k}", kp)
+        if tuple(scales.shape) != (e, n, k // MX_BLOCK):
+            raise ConfigError("b.scales.shape", (e, n, k // MX_BLOCK), tuple(scales.shape))
+        if scales.device != payload.device:
+            raise ConfigError("b.scales.device", str(payload.device), str(scales.device))
+        return int(e), int(n), "mxfp8"
     if isinstance(b, Mxfp4Matrix):
         codes, scales = b.codes, b.scales
         for name, t in (("b.codes", codes), ("b.scales", scales)):
@@ -199,8 +220,7 @@ def _check(a, b, seg_start, counts, out, mode, row_scale, clamp,
             raise ConfigError("clamp", "None for mode 'plain'", clamp)
         if not (isinstance(clamp, int | float) and math.isfinite(clamp) and clamp >= 0):
             raise ConfigError("clamp", "None or a finite number >= 0", clamp)
-    b_tensors = [b.codes, b.scales] if isinstance(b, Mxfp4Matrix) else [b]
-    tensors = [a, *b_tensors, seg_start, counts, out] + [
+    tensors = [a, *_b_tensors(b), seg_start, counts, out] + [
         t for t in (row_scale, pre_scale) if t is not None
     ]
     devices = {t.device for t in tensors}
@@ -225,7 +245,7 @@ def grouped_gemm_torch(
     m_cap, e, _, _ = _check(a, b, seg_start, counts, out, mode, row_scale, clamp, pre_scale)
     starts = seg_start.tolist()
     cnts = counts.tolist()
-    b_float = b.dequantize() if isinstance(b, Mxfp4Matrix) else None
+    b_float = b.dequantize() if isinstance(b, Mxfp4Matrix | Mxfp8Matrix) else None
     backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
     saved = [bk.fp32_precision for bk in backends]
     for bk in backends:
@@ -266,14 +286,28 @@ def kernel_supported(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == _HOPPER
 
 
-WEIGHT_KINDS = ("bf16", "mxfp4")
+WEIGHT_KINDS = ("bf16", "mxfp4", "mxfp8")
+
+
+def _b_tensors(b) -> list[torch.Tensor]:  # type: ignore[no-untyped-def]
+    if isinstance(b, Mxfp4Matrix):
+        return [b.codes, b.scales]
+    if isinstance(b, Mxfp8Matrix):
+        return [b.payload, b.scales]
+    return [b]
+
+
+def _weight_kind(b) -> str:  # type: ignore[no-untyped-def]
+    if isinstance(b, Mxfp4Matrix):
+        return "mxfp4"
+    return "mxfp8" if isinstance(b, Mxfp8Matrix) else "bf16"
 
 
 def _default_config(weights: str, n: int) -> KernelConfig:
-    if weights == "mxfp4":
-        from megamoe.experts.mxfp4_gemm_kernel import mxfp4_default_config
+    if weights != "bf16":
+        from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
-        return mxfp4_default_config(n)
+        return mx_default_config(n, weights)
     return default_config(n)
 
 
@@ -293,10 +327,10 @@ def _compiled(mode: str, n: int, k: int, device: torch.device,
             "(CONTRACTS.md s9)"
         )
     with torch.cuda.device(device):
-        if weights == "mxfp4":
-            from megamoe.experts.mxfp4_gemm_kernel import compile_mxfp4_gemm
+        if weights != "bf16":
+            from megamoe.experts.mxfp4_gemm_kernel import compile_mx_gemm
 
-            compiled = compile_mxfp4_gemm(mode, n, k, cfg, out_f32=out_f32)
+            compiled = compile_mx_gemm(mode, n, k, cfg, out_f32=out_f32, weights=weights)
         else:
             from megamoe.experts.grouped_gemm_kernel import compile_grouped_gemm
 
@@ -362,12 +396,12 @@ def grouped_gemm(
     ``mxfp4_default_config(N)`` for MXFP4 weights); ``max_ctas`` caps the grid of the
     persistent (``ws``) variants (default: the device's SM count)."""
     m_cap, e, n, k = _check(a, b, seg_start, counts, out, mode, row_scale, clamp, pre_scale)
-    weights = "mxfp4" if isinstance(b, Mxfp4Matrix) else "bf16"
+    weights = _weight_kind(b)
     cfg = config if config is not None else _default_config(weights, n)
     if n % cfg.tile_n:
         raise ConfigError("N (b.shape[1])", f"a multiple of config.tile_n={cfg.tile_n}", n)
-    if weights == "mxfp4" and cfg.ws:
-        raise ConfigError("config", "a non-persistent variant for MXFP4 weights", cfg.name)
+    if weights != "bf16" and cfg.ws:
+        raise ConfigError("config", f"a non-persistent variant for {weights} weights", cfg.name)
     if max_ctas is not None and not (isinstance(max_ctas, int) and 1 <= max_ctas <= _I32_LIMIT):
         raise ConfigError("max_ctas", "None or an int >= 1", max_ctas)
     if not kernel_supported(a.device):
@@ -377,8 +411,7 @@ def grouped_gemm(
         grouped_gemm_torch(a, b, seg_start, counts, out, mode=mode, row_scale=row_scale,
                            clamp=clamp, pre_scale=pre_scale)
         return PATH_TORCH
-    b_tensors = (("b.codes", b.codes),) if isinstance(b, Mxfp4Matrix) else (("b", b),)
-    for name, t in (("a", a), *b_tensors):
+    for name, t in (("a", a), ("b", _b_tensors(b)[0])):
         if t.data_ptr() % 16:
             raise ConfigError(f"{name}.data_ptr()", "16-byte aligned (TMA)", t.data_ptr())
     out_f32 = out.dtype == torch.float32
@@ -395,9 +428,10 @@ def grouped_gemm(
     stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
     flags = (1 if row_scale is not None else 0, 1 if pre_scale is not None else 0)
     clamp_v = math.inf if clamp is None else float(clamp)
-    if weights == "mxfp4":
+    if weights != "bf16":
+        payload, scales = _b_tensors(b)
         compiled(
-            _ptr(BFloat16, a, 16), _ptr(Uint8, b.codes, 16), _ptr(Uint8, b.scales, 1),
+            _ptr(BFloat16, a, 16), _ptr(Uint8, payload, 16), _ptr(Uint8, scales, 1),
             out_ptr, _ptr(Int32, seg_start, 4), _ptr(Int32, counts, 4),
             _ptr(Float32, scale, 4), _ptr(Float32, pre, 4), m_cap, e, *flags, clamp_v, stream,
         )

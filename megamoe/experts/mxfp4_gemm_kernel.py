@@ -52,35 +52,51 @@ from megamoe.experts.grouped_gemm_kernel import (
     make_store,
 )
 from megamoe.kernel_registry import register_kernel
-from megamoe.staging.dsl_bits import i2f
+from megamoe.staging.dsl_bits import e4m3_to_float, i2f
 
 MX_BLOCK = 32
 """Elements per E8M0 scale byte along K (CONTRACTS.md s4, MXFP4)."""
-PACKED_K = TILE_K // 2
-"""Bytes of packed codes per weight row per K tile."""
+ROW_BYTES = {"mxfp4": TILE_K // 2, "mxfp8": TILE_K}
+"""Bytes of a weight row's payload per K tile: packed E2M1 codes, or E4M3 bytes."""
+WEIGHT_FORMATS = tuple(ROW_BYTES)
 CONVERT_BUFS = 3
 """bf16 B tiles the decode rotates through (module docstring: why three)."""
 SCALE_NAN_BYTE = 0xFF
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
 MXFP4_CONFIGS = (KernelConfig(128, 6), KernelConfig(64, 8))
-"""The compiled variants, preferred first (one CTA per tile; no persistent variant yet)."""
+"""The compiled MXFP4 variants, preferred first (one CTA per tile; no persistent variant)."""
+MXFP8_CONFIGS = (KernelConfig(128, 5), KernelConfig(64, 8))
+"""The MXFP8 variants (a stage holds twice the payload bytes: one stage fewer at 128)."""
+CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS}
+
+
+def mx_default_config(n: int, weights: str = "mxfp4") -> KernelConfig:
+    """The first variant of the weight format whose column tile divides ``N``."""
+    configs = CONFIGS_BY_FORMAT[weights]
+    for cfg in configs:
+        if n % cfg.tile_n == 0:
+            return cfg
+    raise ValueError(f"N: expected a multiple of {configs[-1].tile_n}, got {n}")
 
 
 def mxfp4_default_config(n: int) -> KernelConfig:
     """The first of ``MXFP4_CONFIGS`` whose column tile divides ``N``."""
-    for cfg in MXFP4_CONFIGS:
-        if n % cfg.tile_n == 0:
-            return cfg
-    raise ValueError(f"N: expected a multiple of {MXFP4_CONFIGS[-1].tile_n}, got {n}")
+    return mx_default_config(n, "mxfp4")
 
 
-def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
+def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: str = "mxfp4"):
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
-    if cfg not in MXFP4_CONFIGS:
-        raise ValueError(f"config: expected one of {[c.name for c in MXFP4_CONFIGS]}, "
+    if weights not in WEIGHT_FORMATS:
+        raise ValueError(f"weights: expected one of {WEIGHT_FORMATS}, got {weights!r}")
+    configs = CONFIGS_BY_FORMAT[weights]
+    if cfg not in configs:
+        raise ValueError(f"config: expected one of {[c.name for c in configs]}, "
                          f"got {cfg.name}")
+    fp4 = weights == "mxfp4"
+    row_bytes = ROW_BYTES[weights]
+    elems_per_byte = 2 if fp4 else 1
     swiglu = mode == "swiglu"
     tile_n, stages = cfg.tile_n, cfg.stages
     n_out = n // 2 if swiglu else n
@@ -88,11 +104,11 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
     k_tiles = k // TILE_K
     k_scales = k // MX_BLOCK
     tile_mnk = (TILE_M, tile_n, TILE_K)
-    tx_bytes = TILE_M * TILE_K * 2 + tile_n * PACKED_K
-    bytes_per_thread = tile_n * PACKED_K // THREADS  # 8 (tile_n 64) or 16 (tile_n 128)
-    threads_per_row = PACKED_K // bytes_per_thread
-    half_block = MX_BLOCK // 2  # packed bytes per scale
-    chunks_per_thread = 2 * bytes_per_thread // CHUNK
+    tx_bytes = TILE_M * TILE_K * 2 + tile_n * row_bytes
+    bytes_per_thread = tile_n * row_bytes // THREADS  # fp4: 8 or 16; fp8: 16 or 32
+    threads_per_row = row_bytes // bytes_per_thread
+    block_bytes = MX_BLOCK // elems_per_byte  # payload bytes per scale
+    chunks_per_thread = elems_per_byte * bytes_per_thread // CHUNK
     locate = make_locate(n_tiles)
     store = make_store(swiglu, n_out, out_f32)
 
@@ -103,7 +119,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
         sb: cute.struct.Align[
             cute.struct.MemRange[BFloat16, tile_n * TILE_K * CONVERT_BUFS], _ALIGN
         ]
-        sq: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * PACKED_K * stages], 128]
+        sq: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * row_bytes * stages], 128]
         ss: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * k_scales], 16]
 
     @cute.jit
@@ -111,25 +127,32 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
                wrow: Int32, b0: Int32, stage: Int32, buf: Int32, kt: Int32):
         """Decode this thread's packed codes of one stage into bf16 B buffer ``buf``."""
         # & 0xFF: a Uint8 load widens with its sign bit (bytes >= 128 would go negative)
-        sbyte = Int32(s_s[wrow, kt * (TILE_K // MX_BLOCK) + b0 // half_block]) & 0xFF
+        sbyte = Int32(s_s[wrow, kt * (TILE_K // MX_BLOCK) + b0 // block_bytes]) & 0xFF
         sbits = Int32(cutlass.select_(sbyte == Int32(0), Int32(0x00400000), sbyte << 23))
         sbits = Int32(cutlass.select_(sbyte == Int32(SCALE_NAN_BYTE), Int32(0x7FC00000), sbits))
         scale = i2f(sbits)
         for c in cutlass.range_constexpr(chunks_per_thread):
             frag = cute.make_rmem_tensor(cute.make_layout(CHUNK), BFloat16)
-            for j in cutlass.range_constexpr(CHUNK // 2):
-                byte = Int32(s_q[wrow, b0 + c * (CHUNK // 2) + j, stage]) & 0xFF
-                for h in cutlass.range_constexpr(2):
-                    code = (byte >> (4 * h)) & 0xF
-                    ex = (code >> 1) & 3
-                    m = code & 1
-                    twice = Int32(cutlass.select_(ex == Int32(0), m, (m + 2) << (ex - 1)))
-                    v = Float32(twice) * Float32(0.5) * scale
-                    v = Float32(cutlass.select_((code & 8) != Int32(0), -v, v))
-                    frag[2 * j + h] = v.to(BFloat16)
+            if cutlass.const_expr(fp4):
+                for j in cutlass.range_constexpr(CHUNK // 2):
+                    byte = Int32(s_q[wrow, b0 + c * (CHUNK // 2) + j, stage]) & 0xFF
+                    for h in cutlass.range_constexpr(2):
+                        code = (byte >> (4 * h)) & 0xF
+                        ex = (code >> 1) & 3
+                        m = code & 1
+                        twice = Int32(cutlass.select_(ex == Int32(0), m, (m + 2) << (ex - 1)))
+                        v = Float32(twice) * Float32(0.5) * scale
+                        v = Float32(cutlass.select_((code & 8) != Int32(0), -v, v))
+                        frag[2 * j + h] = v.to(BFloat16)
+            else:
+                # E4M3 x 2**(s - 127): exact in float32; in bf16 too unless the product is
+                # below 2**-130 (bf16 subnormals keep fewer bits), where it rounds to nearest
+                for j in cutlass.range_constexpr(CHUNK):
+                    byte = Int32(s_q[wrow, b0 + c * CHUNK + j, stage]) & 0xFF
+                    frag[j] = (e4m3_to_float(byte) * scale).to(BFloat16)
             # the chunk's place in the 128B-swizzled tile (byte address bits 4-6 ^= bits
             # 7-9; a 16-byte chunk stays contiguous)
-            off = cute.crd2idx((wrow, 2 * b0 + c * CHUNK, buf), b_outer) * 2
+            off = cute.crd2idx((wrow, elems_per_byte * b0 + c * CHUNK, buf), b_outer) * 2
             off = off ^ (((off >> 7) & 7) << 4)
             s_b16[off // (2 * CHUNK), None].store(frag.load())
 
@@ -197,7 +220,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
                 s_s[idx // k_scales, idx % k_scales] = m_ws[base + idx, e]
 
             g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
-            g_q = cute.local_tile(m_q, (tile_n, PACKED_K), (pid_n, None, e))
+            g_q = cute.local_tile(m_q, (tile_n, row_bytes), (pid_n, None, e))
             t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
                 tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
                 cute.group_modes(g_a, 0, 2),
@@ -233,7 +256,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
                     prod.advance()
 
             # this thread decodes bytes [b0, b0 + bytes_per_thread) of weight row `wrow`:
-            # one scale block (bytes_per_thread <= half_block and b0 is a multiple of it)
+            # one scale block (bytes_per_thread <= block_bytes and b0 is a multiple of it)
             wrow = tidx // threads_per_row
             b0 = (tidx % threads_per_row) * bytes_per_thread
 
@@ -278,7 +301,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
     ):
         m_a = cute.make_tensor(a_ptr, cute.make_layout((m_cap, k), stride=(k, 1)))
         m_q = cute.make_tensor(
-            q_ptr, cute.make_layout((n, k // 2, num_experts), stride=(k // 2, 1, n * k // 2))
+            q_ptr, cute.make_layout((n, k // elems_per_byte, num_experts),
+                                    stride=(k // elems_per_byte, 1, n * k // elems_per_byte))
         )
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             BFloat16, BFloat16, LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
@@ -290,14 +314,14 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
             LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, CONVERT_BUFS
         )
         q_layout = cute.make_layout(
-            (tile_n, PACKED_K, stages), stride=(PACKED_K, 1, tile_n * PACKED_K)
+            (tile_n, row_bytes, stages), stride=(row_bytes, 1, tile_n * row_bytes)
         )
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         tma_a, t_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, m_a, cute.slice_(a_layout, (None, None, 0)), (TILE_M, TILE_K)
         )
         tma_q, t_q = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, PACKED_K)
+            g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, row_bytes)
         )
         tiles = (m_cap + (TILE_M - 1)) // TILE_M * n_tiles
         kernel(
@@ -309,16 +333,17 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
     return launch
 
 
-def compile_mxfp4_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
-                       ptrs=None, stream=None, out_f32: bool = False):
-    """``cute.compile`` the MXFP4-weight grouped GEMM for one (mode, N, K, config; default
-    ``mxfp4_default_config(n)``; output bf16, or float32 when ``out_f32``).
+def compile_mx_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
+                    ptrs=None, stream=None, out_f32: bool = False, weights: str = "mxfp4"):
+    """``cute.compile`` the MX-weight grouped GEMM for one (mode, N, K, config; default
+    ``mx_default_config(n, weights)``; output bf16, or float32 when ``out_f32``; weights
+    ``mxfp4`` or ``mxfp8``).
 
-    The compiled object takes ``(a, codes, scale_bytes, out, seg_start, counts, row_scale,
-    pre_scale, m_cap, E, use_scale, use_pre, clamp, stream)``; ``ptrs`` (the eight pointers)
-    default to fake addresses (the offline compile gate).
+    The compiled object takes ``(a, payload, scale_bytes, out, seg_start, counts,
+    row_scale, pre_scale, m_cap, E, use_scale, use_pre, clamp, stream)``; ``ptrs`` (the
+    eight pointers) default to fake addresses (the offline compile gate).
     """
-    cfg = cfg if cfg is not None else mxfp4_default_config(n)
+    cfg = cfg if cfg is not None else mx_default_config(n, weights)
     if n % cfg.tile_n or k % TILE_K:
         raise ValueError(f"N, K: expected multiples of ({cfg.tile_n}, {TILE_K}), got ({n}, {k})")
     if ptrs is None:
@@ -329,9 +354,15 @@ def compile_mxfp4_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = Non
             _fake_ptr(Float32, 16),
         )
     return cute.compile(
-        _make(mode, n, k, cfg, out_f32), *ptrs, Int32(TILE_M), Int32(1), Int32(0), Int32(0),
-        Float32(0.0), stream if stream is not None else cuda.CUstream(0),
+        _make(mode, n, k, cfg, out_f32, weights), *ptrs, Int32(TILE_M), Int32(1), Int32(0),
+        Int32(0), Float32(0.0), stream if stream is not None else cuda.CUstream(0),
     )
+
+
+def compile_mxfp4_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
+                       ptrs=None, stream=None, out_f32: bool = False):
+    """``compile_mx_gemm`` for MXFP4 weights."""
+    return compile_mx_gemm(mode, n, k, cfg, ptrs, stream, out_f32, "mxfp4")
 
 
 @register_kernel("grouped_gemm_mxfp4_swiglu_f32_k256_n256_n128s6")
@@ -342,3 +373,14 @@ def build_mxfp4_gemm_swiglu():
 @register_kernel("grouped_gemm_mxfp4_plain_k128_n192_n64s8")
 def build_mxfp4_gemm_plain():
     return compile_mxfp4_gemm("plain", 192, 128, KernelConfig(64, 8))
+
+
+@register_kernel("grouped_gemm_mxfp8_swiglu_f32_k256_n256_n128s5")
+def build_mxfp8_gemm_swiglu():
+    return compile_mx_gemm("swiglu", 256, 256, KernelConfig(128, 5), out_f32=True,
+                           weights="mxfp8")
+
+
+@register_kernel("grouped_gemm_mxfp8_plain_k128_n192_n64s8")
+def build_mxfp8_gemm_plain():
+    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 8), weights="mxfp8")

@@ -16,7 +16,7 @@ import torch
 
 from megamoe.errors import ConfigError
 from megamoe.staging.compile_cache import CompileDuringCaptureError
-from megamoe.staging.torch_path import quantize_safe_fp8
+from megamoe.staging.torch_path import pow2_f32, quantize_mxfp8, quantize_safe_fp8
 
 LANES = 4  # = a2_quant_kernel.LANES
 VEC = 4  # = a2_quant_kernel.VEC
@@ -54,8 +54,8 @@ def _check(act, a2, d, seg_start, counts) -> None:
         raise ConfigError("device", "every tensor on one device", sorted(map(str, devs)))
 
 
-def _compiled(device: torch.device):
-    key = str(device)
+def _compiled(device: torch.device, kind: str = "safe_fp8"):
+    key = f"{kind} {device}"
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -64,19 +64,24 @@ def _compiled(device: torch.device):
             f"A2 quantizer on {device} is not compiled and a CUDA graph is being captured: "
             "call megamoe.layer.a2_quant.warmup(device) before capture (CONTRACTS.md s9)"
         )
-    from megamoe.layer.a2_quant_kernel import compile_a2_safe_fp8
+    from megamoe.layer.a2_quant_kernel import compile_a2_mxfp8, compile_a2_safe_fp8
 
     with torch.cuda.device(device):
-        compiled = compile_a2_safe_fp8()
+        if kind.startswith("mxfp8_"):
+            _, elem, mode = kind.split("_")
+            compiled = compile_a2_mxfp8(elem, mode)
+        else:
+            compiled = compile_a2_safe_fp8()
     _CACHE[key] = compiled
     return compiled
 
 
-def warmup(device: torch.device | str) -> None:
-    """Compile the kernel for ``device`` (CUDA only). Call before capture."""
+def warmup(device: torch.device | str, mxfp8: tuple[str, str] | None = None) -> None:
+    """Compile the safe-FP8 quantizer (or, with ``mxfp8=(elem, mode)``, the MXFP8 one) for
+    ``device`` (CUDA only). Call before capture."""
     device = torch.device(device)
     if device.type == "cuda":
-        _compiled(device)
+        _compiled(device, f"mxfp8_{mxfp8[0]}_{mxfp8[1]}" if mxfp8 else "safe_fp8")
 
 
 def quantize_a2_torch(act, a2, d, seg_start, counts) -> None:
@@ -122,5 +127,67 @@ def quantize_a2_safe_fp8(act: torch.Tensor, a2: torch.Tensor, d: torch.Tensor,
         ptr(cutlass.Float32, d, 16), ptr(cutlass.Int32, seg_start, 4),
         ptr(cutlass.Int32, counts, 4), m_cap, cols, counts.numel(),
         min(m_cap, MAX_BLOCKS), stream,
+    )
+    return PATH_KERNEL
+
+
+MX_BLOCK = 32  # = a2_quant_kernel.MX_BLOCK
+MX_ELEMS = ("e4m3", "e5m2")
+MX_MODES = ("rceil", "floor")
+
+
+def quantize_a2_mxfp8_torch(act, a2, seg_start, counts, elem: str, mode: str) -> None:
+    """The Torch path of ``quantize_a2_mxfp8`` (syncs on the counts)."""
+    starts = seg_start.tolist()
+    m_cap = act.shape[0]
+    for e, n in enumerate(counts.tolist()):
+        lo = max(starts[e], 0)
+        hi = min(lo + max(n, 0), starts[e + 1], m_cap)
+        if hi <= lo:
+            continue
+        payload, sbytes = quantize_mxfp8(act[lo:hi], elem, mode)
+        b = sbytes.to(torch.int32)
+        sc = torch.where(b == 0xFF, torch.full(b.shape, float("nan"), device=b.device),
+                         pow2_f32(b - 127))
+        cols = act.shape[1]
+        vals = payload.to(torch.float32).reshape(hi - lo, cols // MX_BLOCK, MX_BLOCK)
+        a2[lo:hi] = (vals * sc.unsqueeze(-1)).reshape(hi - lo, cols).to(torch.bfloat16)
+
+
+def quantize_a2_mxfp8(act: torch.Tensor, a2: torch.Tensor, seg_start: torch.Tensor,
+                      counts: torch.Tensor, elem: str, mode: str) -> str:
+    """A2 of the ``mxfp8`` recipe (CONTRACTS.md s4-s5): every live row of the float32
+    ``act`` quantized to MXFP8 (``elem``, ``mode``; blocks of 32 along ``I``) and written into
+    ``a2`` as its dequantized values rounded to bf16 (exact unless below 2**-130; a NaN/Inf
+    block gives NaN). Other rows are neither read nor written. Returns the path taken."""
+    if elem not in MX_ELEMS:
+        raise ConfigError("elem", f"one of {MX_ELEMS}", repr(elem))
+    if mode not in MX_MODES:
+        raise ConfigError("mode", f"one of {MX_MODES}", repr(mode))
+    d_dummy = torch.empty(act.shape[0] if isinstance(act, torch.Tensor) else 0, LANES,
+                          dtype=torch.float32, device=getattr(act, "device", "cpu"))
+    _check(act, a2, d_dummy, seg_start, counts)
+    if act.shape[1] % MX_BLOCK:
+        raise ConfigError("act.shape[1]", f"a multiple of {MX_BLOCK}", act.shape[1])
+    if act.device.type != "cuda":
+        quantize_a2_mxfp8_torch(act, a2, seg_start, counts, elem, mode)
+        return PATH_TORCH
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    compiled = _compiled(act.device, f"mxfp8_{elem}_{mode}")
+    m_cap, cols = act.shape
+    if m_cap == 0:
+        return PATH_KERNEL
+    gm = cute.AddressSpace.gmem
+    stream = cuda.CUstream(torch.cuda.current_stream(act.device).cuda_stream)
+    compiled(
+        make_ptr(cutlass.Float32, act.data_ptr(), gm, assumed_align=16),
+        make_ptr(cutlass.BFloat16, a2.data_ptr(), gm, assumed_align=16),
+        make_ptr(cutlass.Int32, seg_start.data_ptr(), gm, assumed_align=4),
+        make_ptr(cutlass.Int32, counts.data_ptr(), gm, assumed_align=4),
+        m_cap, cols, counts.numel(), min(m_cap, MAX_BLOCKS), stream,
     )
     return PATH_KERNEL

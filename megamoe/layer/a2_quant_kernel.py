@@ -27,11 +27,19 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils as cutlass_utils
-from cutlass import Float32, Int16, Int32
+from cutlass import BFloat16, Float32, Int16, Int32
 from cutlass.cute.runtime import make_ptr
 
 from megamoe.kernel_registry import register_kernel
-from megamoe.staging.dsl_bits import e4m3_to_float, f2i, make_sat_fp8, sel
+from megamoe.staging.dsl_bits import (
+    e4m3_to_float,
+    e5m2_to_float,
+    f2i,
+    make_mx_exponent,
+    make_sat_fp8,
+    pow2,
+    sel,
+)
 from megamoe.staging.safe_fp8_kernel import fsel, safe_fp8_scale
 
 THREADS = 128
@@ -124,6 +132,96 @@ def compile_a2_safe_fp8():
         a2_launch, _ptr(Float32, 16), _ptr(Int16, 8), _ptr(Float32, 16),
         _ptr(Int32, 4), _ptr(Int32, 4), i0, i0, i0, i0, cuda.CUstream(0),
     )
+
+
+MX_BLOCK = 32
+_FP8_DECODE = {"e4m3": e4m3_to_float, "e5m2": e5m2_to_float}
+
+
+def _make_mx(elem: str, mode: str):
+    """A2 of the ``mxfp8`` recipe (CONTRACTS.md s4 MXFP8, s5 step 5): every live row of the
+    float32 ``act``, blocks of 32 along ``I``, quantized with the staging kernel's exponent
+    and cast (``make_mx_exponent``, ``make_sat_fp8``) and written as the dequantized value
+    ``fp8(code) * 2**e`` rounded to bf16 (exact unless below 2**-130): the operand FC2
+    multiplies. A NaN/Inf block gives NaN. One thread per block; blocks of ``THREADS``
+    threads walk the live rows as ``_a2_kernel`` does."""
+    sat = make_sat_fp8(elem)
+    exponent = make_mx_exponent(elem, mode)
+    decode = _FP8_DECODE[elem]
+
+    @cute.kernel
+    def kernel(
+        act_ptr: cute.Pointer, out_ptr: cute.Pointer,
+        seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+        m_cap: Int32, cols: Int32, num_experts: Int32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        nblk = cols // MX_BLOCK
+        row_s = cute.assume(cols, divby=MX_BLOCK)
+        m_act = cute.make_tensor(act_ptr, cute.make_layout(
+            (m_cap, nblk, MX_BLOCK // VEC, VEC), stride=(row_s, MX_BLOCK, VEC, 1)))
+        m_out = cute.make_tensor(out_ptr, cute.make_layout(
+            (m_cap, nblk, MX_BLOCK // 8, 8), stride=(row_s, MX_BLOCK, 8, 1)))
+        seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
+        cnt = cute.make_tensor(cnt_ptr, cute.make_layout(num_experts))
+        for e in range(num_experts):
+            lo = seg[e]
+            hi = cutlass.min(cutlass.min(lo + cutlass.max(cnt[e], Int32(0)), seg[e + 1]), m_cap)
+            for r in range(lo + bidx, hi, gdim):
+                for b in range(tidx, nblk, THREADS):
+                    x = cute.make_rmem_tensor(cute.make_layout(MX_BLOCK), Float32)
+                    for v in cutlass.range_constexpr(MX_BLOCK // VEC):
+                        f = cute.make_rmem_tensor(cute.make_layout(VEC), Float32)
+                        f.store(m_act[r, b, v, None].load())
+                        for j in cutlass.range_constexpr(VEC):
+                            x[v * VEC + j] = f[j]
+                    amax_b = Int32(0)
+                    for j in cutlass.range_constexpr(MX_BLOCK):
+                        amax_b = cutlass.max(amax_b, f2i(x[j]) & 0x7FFFFFFF)
+                    ex, byte = exponent(amax_b)
+                    bad = byte == Int32(0xFF)
+                    down = pow2(Int32(0) - ex)
+                    up = pow2(ex)
+                    for v in cutlass.range_constexpr(MX_BLOCK // 8):
+                        o = cute.make_rmem_tensor(cute.make_layout(8), BFloat16)
+                        for j in cutlass.range_constexpr(8):
+                            code = sel(bad, 0x7F, sat(Float32(x[v * 8 + j]) * down))
+                            o[j] = (decode(code) * up).to(BFloat16)
+                        m_out[r, b, v, None].store(o.load())
+
+    @cute.jit
+    def launch(
+        act_ptr: cute.Pointer, out_ptr: cute.Pointer,
+        seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+        m_cap: Int32, cols: Int32, num_experts: Int32, blocks: Int32, stream: cuda.CUstream,
+    ):
+        kernel(act_ptr, out_ptr, seg_ptr, cnt_ptr, m_cap, cols, num_experts).launch(
+            grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream
+        )
+
+    return launch
+
+
+def compile_a2_mxfp8(elem: str, mode: str):
+    """``cute.compile`` the MXFP8 A2 quantizer for one (element type, scale mode); runtime
+    arguments ``(act, a2, seg_start, counts, M_cap, I, E, blocks, stream)``."""
+    i0 = Int32(0)
+    return cute.compile(
+        _make_mx(elem, mode), _ptr(Float32, 16), _ptr(BFloat16, 16),
+        _ptr(Int32, 4), _ptr(Int32, 4), i0, i0, i0, i0, cuda.CUstream(0),
+    )
+
+
+@register_kernel("a2_mxfp8_e4m3_rceil")
+def build_a2_mxfp8_e4m3():
+    return compile_a2_mxfp8("e4m3", "rceil")
+
+
+@register_kernel("a2_mxfp8_e5m2_floor")
+def build_a2_mxfp8_e5m2():
+    return compile_a2_mxfp8("e5m2", "floor")
 
 
 @register_kernel("a2_safe_fp8")

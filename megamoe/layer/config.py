@@ -17,10 +17,11 @@ from megamoe.experts.grouped_gemm_kernel import TILE_K, TILE_N
 
 KNOWN_RECIPES = ("bf16", "mxfp8", "nvfp4", "fp8_mxfp4")
 """Every recipe of CONTRACTS.md s5."""
-LAYER_RECIPES = ("bf16", "fp8_mxfp4")
-"""Recipes the layer runs today. The others (``mxfp8``, ``nvfp4``) are refused with a
-ConfigError that says so (issue 7 tracks them); the layer never silently computes a
-different recipe."""
+LAYER_RECIPES = ("bf16", "fp8_mxfp4", "mxfp8")
+"""Recipes the layer runs today. ``nvfp4`` is refused with a ConfigError that says so
+(issue 7 tracks it); the layer never silently computes a different recipe."""
+MXFP8_ELEMS = ("e4m3", "e5m2")
+MX_MODES = ("rceil", "floor")
 H_MULTIPLE = math.lcm(TILE_K, TILE_N)
 """H is FC1's K and FC2's N: a multiple of both GEMM tiles."""
 I_MULTIPLE = math.lcm(TILE_K, TILE_N // 2)
@@ -44,6 +45,9 @@ class LayerConfig:
         -c, c)``).
     late_weighting: ``False`` (default): the score multiplies the SwiGLU output before A2;
         ``True``: it multiplies the FC2 output.
+    mxfp8_elem, mxfp8_mode: recipe ``mxfp8`` only: the activation element (``e4m3`` or
+        ``e5m2``, A1 and A2 alike) and the MX scale mode (``rceil`` or ``floor``) of the
+        activations and of weights the layer quantizes.
     """
 
     num_experts: int
@@ -54,6 +58,8 @@ class LayerConfig:
     recipe: str = "bf16"
     clamp: float | None = None
     late_weighting: bool = False
+    mxfp8_elem: str = "e4m3"
+    mxfp8_mode: str = "rceil"
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "top_k", "hidden_size", "intermediate_size", "capacity"):
@@ -81,3 +87,7 @@ class LayerConfig:
             object.__setattr__(self, "clamp", float(self.clamp))
         if not isinstance(self.late_weighting, bool):
             raise ConfigError("late_weighting", "a bool", repr(self.late_weighting))
+        if self.mxfp8_elem not in MXFP8_ELEMS:
+            raise ConfigError("mxfp8_elem", f"one of {MXFP8_ELEMS}", repr(self.mxfp8_elem))
+        if self.mxfp8_mode not in MX_MODES:
+            raise ConfigError("mxfp8_mode", f"one of {MX_MODES}", repr(self.mxfp8_mode))

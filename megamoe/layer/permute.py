@@ -89,21 +89,28 @@ def _compiled(index_dtype: torch.dtype, count_dtype: torch.dtype, device: torch.
             f"row {kind} for {key} is not compiled and a CUDA graph is being captured: call "
             "megamoe.layer.permute.warmup(...) before capture (CONTRACTS.md s9)"
         )
-    from megamoe.layer.permute_kernel import compile_permute, compile_widen
+    from megamoe.layer.permute_kernel import compile_permute, compile_widen, compile_widen_mx
 
-    build = compile_widen if kind == "widen" else compile_permute
-    compiled = build(_dtype_name(index_dtype), _dtype_name(count_dtype))
+    if kind.startswith("widen_mx_"):
+        compiled = compile_widen_mx(kind.removeprefix("widen_mx_"), _dtype_name(index_dtype),
+                                    _dtype_name(count_dtype))
+    else:
+        build = compile_widen if kind == "widen" else compile_permute
+        compiled = build(_dtype_name(index_dtype), _dtype_name(count_dtype))
     _CACHE[key] = compiled
     return compiled
 
 
 def warmup(device: torch.device | str, index_dtype: torch.dtype = torch.int64,
-           count_dtype: torch.dtype = torch.int64, *, widen: bool = False) -> None:
-    """Compile the permute (or, with ``widen``, the E4M3 -> bf16 widening permute) for these
-    dtypes on ``device`` (CUDA only). Call before capture."""
+           count_dtype: torch.dtype = torch.int64, *, widen: bool = False,
+           mx_elem: str | None = None) -> None:
+    """Compile the permute (``widen``: the E4M3 -> bf16 widening permute; ``mx_elem``: the
+    MXFP8 dequantizing gather for that element type) for these dtypes on ``device`` (CUDA
+    only). Call before capture."""
     device = torch.device(device)
     if device.type == "cuda":
-        _compiled(index_dtype, count_dtype, device, "widen" if widen else "permute")
+        kind = f"widen_mx_{mx_elem}" if mx_elem else ("widen" if widen else "permute")
+        _compiled(index_dtype, count_dtype, device, kind)
 
 
 def _torch_permute(src, dst, src_index, dst_index, count) -> None:
@@ -199,6 +206,73 @@ def widen_rows(src: torch.Tensor, dst: torch.Tensor, src_index: torch.Tensor,
         make_ptr(cutlass.Uint8, src.data_ptr(), gm, assumed_align=WIDEN_CHUNK),
         src.shape[0], src.stride(0),
         make_ptr(cutlass.Int16, dst.data_ptr(), gm, assumed_align=2 * WIDEN_CHUNK),
+        dst.shape[0], dst.stride(0), src.shape[1] // WIDEN_CHUNK,
+        make_ptr(it, src_index.data_ptr(), gm, assumed_align=it.width // 8),
+        make_ptr(it, dst_index.data_ptr(), gm, assumed_align=it.width // 8),
+        make_ptr(ct, count.data_ptr(), gm, assumed_align=ct.width // 8),
+        rows, min(rows, MAX_BLOCKS), stream,
+    )
+    return PATH_KERNEL
+
+
+MX_FP8_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+MX_BLOCK = 32  # = permute_kernel.MX_BLOCK
+
+
+def widen_mx_rows(src: torch.Tensor, scales: torch.Tensor, dst: torch.Tensor,
+                  src_index: torch.Tensor, dst_index: torch.Tensor, count: torch.Tensor,
+                  elem: str) -> str:
+    """``dst[dst_index[i]] = bf16(fp8(src[si]) * 2**(scales[si, j // 32] - 127))`` for
+    ``i < count[0]`` (the MXFP8 A1 gather, CONTRACTS.md s4: ``src`` the staged payload in
+    ``elem`` (E4M3 or E5M2, or its uint8 bytes), ``scales`` its E8M0 bytes ``[rows, >=
+    H/32]``, ``dst`` bf16). The float32 product is exact and rounds to bf16 exactly unless
+    it lies below 2**-130 (then to nearest). NaN scale bytes or payloads give NaN (bits may
+    differ between the paths). Returns the path taken."""
+    if elem not in MX_FP8_DTYPES:
+        raise ConfigError("elem", f"one of {tuple(MX_FP8_DTYPES)}", repr(elem))
+    if isinstance(src, torch.Tensor) and src.dtype in MX_FP8_DTYPES.values():
+        src = src.view(torch.uint8)
+    for name, t, dt in (("src", src, torch.uint8), ("scales", scales, torch.uint8),
+                        ("dst", dst, torch.bfloat16)):
+        if isinstance(t, torch.Tensor) and t.dtype != dt:
+            raise ConfigError(f"{name}.dtype", dt, t.dtype)
+    _check(src, dst, src_index, dst_index, count, same_dtype=False)
+    if not isinstance(scales, torch.Tensor) or scales.dim() != 2 or (
+        scales.shape[0] != src.shape[0] or scales.shape[1] * MX_BLOCK < src.shape[1]
+    ):
+        raise ConfigError("scales", f"uint8 [{src.shape[0]}, >= {src.shape[1] // MX_BLOCK}]",
+                          tuple(getattr(scales, "shape", ())))
+    if widen_plan(src, dst) or scales.device != src.device or scales.stride(1) != 1:
+        n = max(0, min(int(count.reshape(-1)[0]), src_index.numel()))
+        rows = src_index[:n].long()
+        vals = src[rows].view(MX_FP8_DTYPES[elem]).to(torch.float32)
+        b = scales[rows, : src.shape[1] // MX_BLOCK].to(torch.int32)
+        from megamoe.staging.torch_path import pow2_f32
+
+        sc = torch.where(b == 0xFF, torch.full(b.shape, float("nan"), device=b.device),
+                         pow2_f32(b - 127))
+        h = src.shape[1]
+        vals = (vals.reshape(n, h // MX_BLOCK, MX_BLOCK) * sc.unsqueeze(-1)).reshape(n, h)
+        dst[dst_index[:n].long()] = vals.to(torch.bfloat16)
+        return PATH_TORCH
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    compiled = _compiled(src_index.dtype, count.dtype, src.device, f"widen_mx_{elem}")
+    rows = src_index.numel()
+    if rows == 0:
+        return PATH_KERNEL
+    gm = cute.AddressSpace.gmem
+    it = cutlass.Int32 if src_index.dtype == torch.int32 else cutlass.Int64
+    ct = cutlass.Int32 if count.dtype == torch.int32 else cutlass.Int64
+    stream = cuda.CUstream(torch.cuda.current_stream(src.device).cuda_stream)
+    compiled(
+        make_ptr(cutlass.Uint8, src.data_ptr(), gm, assumed_align=WIDEN_CHUNK),
+        src.shape[0], src.stride(0),
+        make_ptr(cutlass.Uint8, scales.data_ptr(), gm, assumed_align=1), scales.stride(0),
+        make_ptr(cutlass.BFloat16, dst.data_ptr(), gm, assumed_align=2 * WIDEN_CHUNK),
         dst.shape[0], dst.stride(0), src.shape[1] // WIDEN_CHUNK,
         make_ptr(it, src_index.data_ptr(), gm, assumed_align=it.width // 8),
         make_ptr(it, dst_index.data_ptr(), gm, assumed_align=it.width // 8),

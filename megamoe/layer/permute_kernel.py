@@ -19,11 +19,11 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int16, Int32, Int64, Uint8
+from cutlass import BFloat16, Int16, Int32, Int64, Uint8
 from cutlass.cute.runtime import make_ptr
 
 from megamoe.kernel_registry import register_kernel
-from megamoe.staging.dsl_bits import e4m3_to_float, f2i
+from megamoe.staging.dsl_bits import e4m3_to_float, e5m2_to_float, f2i, i2f
 
 THREADS = 128
 MAX_BLOCKS = 2048
@@ -130,6 +130,75 @@ def widen_launch(
     ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
 
 
+MX_BLOCK = 32
+_FP8_DECODE = {"e4m3": e4m3_to_float, "e5m2": e5m2_to_float}
+
+
+def _make_widen_mx(elem: str):
+    """The MXFP8 A1 gather for one element type (``widen_mx_launch``)."""
+    decode = _FP8_DECODE[elem]
+
+    @cute.kernel
+    def kernel(
+        src_ptr: cute.Pointer, src_rows: Int32, src_stride: Int32,
+        sc_ptr: cute.Pointer, sc_stride: Int32,
+        dst_ptr: cute.Pointer, dst_rows: Int32, dst_stride: Int32,
+        chunks: Int32,
+        src_idx_ptr: cute.Pointer, dst_idx_ptr: cute.Pointer,
+        n_ptr: cute.Pointer, max_rows: Int32,
+    ):
+        """``dst[di[i]] = bf16(fp8(src[si[i]]) * 2**(scale - 127))`` for ``i < n``, one E8M0
+        byte per 32 elements (CONTRACTS.md s4 MXFP8 dequant; byte 0xFF: NaN). The float32
+        product is exact; its bf16 rounding (to nearest) is exact unless the value lies below
+        2**-130."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        m_src = cute.make_tensor(src_ptr, cute.make_layout(
+            (src_rows, chunks, WIDEN_CHUNK),
+            stride=(cute.assume(src_stride, divby=WIDEN_CHUNK), WIDEN_CHUNK, 1)))
+        m_dst = cute.make_tensor(dst_ptr, cute.make_layout(
+            (dst_rows, chunks, WIDEN_CHUNK),
+            stride=(cute.assume(dst_stride, divby=WIDEN_CHUNK), WIDEN_CHUNK, 1)))
+        m_si = cute.make_tensor(src_idx_ptr, cute.make_layout(max_rows))
+        m_di = cute.make_tensor(dst_idx_ptr, cute.make_layout(max_rows))
+        m_n = cute.make_tensor(n_ptr, cute.make_layout(1))
+        n = cutlass.min(cutlass.max(Int32(m_n[0]), Int32(0)), max_rows)
+        for i in range(bidx, n, gdim):
+            s = Int32(m_si[i])
+            d = Int32(m_di[i])
+            m_row_sc = cute.make_tensor(sc_ptr + s * sc_stride,
+                                        cute.make_layout(chunks * WIDEN_CHUNK // MX_BLOCK + 1))
+            for w in range(tidx, chunks, THREADS):
+                raw = cute.make_rmem_tensor(cute.make_layout(WIDEN_CHUNK), Uint8)
+                raw.store(m_src[s, w, None].load())
+                sb = Int32(m_row_sc[w * WIDEN_CHUNK // MX_BLOCK]) & 0xFF
+                sbits = Int32(cutlass.select_(sb == Int32(0), Int32(0x00400000), sb << 23))
+                sbits = Int32(cutlass.select_(sb == Int32(0xFF), Int32(0x7FC00000), sbits))
+                scale = i2f(sbits)
+                wide = cute.make_rmem_tensor(cute.make_layout(WIDEN_CHUNK), BFloat16)
+                for j in cutlass.range_constexpr(WIDEN_CHUNK):
+                    wide[j] = (decode(Int32(raw[j]) & 0xFF) * scale).to(BFloat16)
+                m_dst[d, w, None].store(wide.load())
+
+    @cute.jit
+    def launch(
+        src_ptr: cute.Pointer, src_rows: Int32, src_stride: Int32,
+        sc_ptr: cute.Pointer, sc_stride: Int32,
+        dst_ptr: cute.Pointer, dst_rows: Int32, dst_stride: Int32,
+        chunks: Int32,
+        src_idx_ptr: cute.Pointer, dst_idx_ptr: cute.Pointer,
+        n_ptr: cute.Pointer, max_rows: Int32, blocks: Int32,
+        stream: cuda.CUstream,
+    ):
+        kernel(
+            src_ptr, src_rows, src_stride, sc_ptr, sc_stride, dst_ptr, dst_rows, dst_stride,
+            chunks, src_idx_ptr, dst_idx_ptr, n_ptr, max_rows,
+        ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+
+    return launch
+
+
 INDEX_TYPES = {"int32": Int32, "int64": Int64}
 
 
@@ -161,6 +230,30 @@ def compile_widen(index_dtype: str, count_dtype: str):
         _ptr(it, it.width // 8), _ptr(it, it.width // 8), _ptr(ct, ct.width // 8), i0, i0,
         cuda.CUstream(0),
     )
+
+
+def compile_widen_mx(elem: str, index_dtype: str, count_dtype: str):
+    """``cute.compile`` the MXFP8 dequantizing gather for one (element type, index dtype,
+    count dtype); sizes, strides and pointers are runtime arguments."""
+    it, ct = INDEX_TYPES[index_dtype], INDEX_TYPES[count_dtype]
+    i0 = Int32(0)
+    return cute.compile(
+        _make_widen_mx(elem),
+        _ptr(Uint8, WIDEN_CHUNK), i0, i0, _ptr(Uint8, 1), i0,
+        _ptr(BFloat16, 2 * WIDEN_CHUNK), i0, i0, i0,
+        _ptr(it, it.width // 8), _ptr(it, it.width // 8), _ptr(ct, ct.width // 8), i0, i0,
+        cuda.CUstream(0),
+    )
+
+
+@register_kernel("row_widen_mxfp8_e4m3_i64_n32")
+def build_row_widen_mx_e4m3():
+    return compile_widen_mx("e4m3", "int64", "int32")
+
+
+@register_kernel("row_widen_mxfp8_e5m2_i64_n32")
+def build_row_widen_mx_e5m2():
+    return compile_widen_mx("e5m2", "int64", "int32")
 
 
 @register_kernel("row_widen_e4m3_i64_n64")

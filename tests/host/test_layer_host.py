@@ -39,8 +39,8 @@ def _layer(cfg: LayerConfig | None = None, seed: int = 0):
 @pytest.mark.parametrize(("field", "value"), [
     ("num_experts", 0), ("top_k", 0), ("hidden_size", -1), ("intermediate_size", 1.5),
     ("capacity", True), ("top_k", E + 1), ("hidden_size", H + 32),
-    ("intermediate_size", INTER + 16), ("recipe", "fp16"), ("recipe", "mxfp8"),
-    ("recipe", "nvfp4"),
+    ("intermediate_size", INTER + 16), ("recipe", "fp16"), ("recipe", "nvfp4"),
+    ("mxfp8_elem", "e3m4"), ("mxfp8_mode", "ceil"),
     ("clamp", -1.0), ("clamp", math.inf), ("clamp", "1"), ("late_weighting", 1),
 ])
 def test_config_rejects_bad_fields_by_name(field: str, value: object) -> None:
@@ -55,8 +55,8 @@ def test_config_is_frozen_and_recipes_not_run_are_refused_not_substituted() -> N
     cfg = LayerConfig(E, K, H, INTER, C)
     with pytest.raises(AttributeError):
         cfg.top_k = 3  # type: ignore[misc]
-    assert LAYER_RECIPES == ("bf16", "fp8_mxfp4")
-    for recipe in ("mxfp8", "nvfp4"):
+    assert LAYER_RECIPES == ("bf16", "fp8_mxfp4", "mxfp8")
+    for recipe in ("nvfp4",):
         with pytest.raises(ConfigError, match="not implemented on the GPU yet"):
             LayerConfig(E, K, H, INTER, C, recipe=recipe)
 

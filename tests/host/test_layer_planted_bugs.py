@@ -130,12 +130,12 @@ def test_planted_a2_unrounded_is_caught(monkeypatch) -> None:  # type: ignore[no
 
 def test_planted_mxfp4_scale_rows_not_interleaved_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """W13 codes interleaved but their scale bytes left in the canonical row order."""
-    real = ml.interleave_rows
+    real = ml._weights.interleave_rows
     calls = {"n": 0}
 
     def codes_only(x):  # type: ignore[no-untyped-def]
         calls["n"] += 1
         return real(x) if calls["n"] % 2 == 1 else x.contiguous()
 
-    monkeypatch.setattr(ml, "interleave_rows", codes_only)
+    monkeypatch.setattr(ml._weights, "interleave_rows", codes_only)
     assert _problems(*_setup(recipe="fp8_mxfp4"))

@@ -294,3 +294,32 @@ def test_sanitizer_case_layer_small_fp8_mxfp4(cuda_device) -> None:
                           "fp8_mxfp4")
     assert report.problems == (), report
     layer.destroy()
+
+
+@pytest.mark.parametrize(("elem", "mode"), [("e5m2", "floor"), ("e4m3", "floor")])
+def test_mxfp8_other_element_and_scale_modes_meet_the_oracle(cuda_device, elem, mode) -> None:
+    """The hypothesis test runs ``mxfp8`` with E4M3 / ``rceil``; here the others."""
+    cfg = LayerConfig(E, K, H, INTER, C, recipe="mxfp8", mxfp8_elem=elem, mxfp8_mode=mode,
+                      clamp=4.0)
+    layer = MoELayer(cfg, W13, W2, cuda_device)
+    x, ids, w = _routes(31, 150, 0.3, cuda_device)
+    out = layer.warmup(x, ids, w)
+    assert set(layer.last_paths.values()) == KERNEL_PATHS
+    report = compare_rows(out, oracle_output(cfg, W13, W2, x, ids, w), ids, "mxfp8")
+    assert report.problems == (), report
+    layer.destroy()
+
+
+@pytest.mark.sanitizer
+def test_sanitizer_case_layer_small_mxfp8(cuda_device) -> None:
+    """Designated small case of the mxfp8 layer (MXFP8 staging, layout, the MXFP8 gather,
+    both MXFP8 GEMMs, the A2 quantizer, combine) for the compute-sanitizer suite."""
+    e, k, h, i, c = 4, 2, 128, 64, 8
+    w13, w2 = _weights(3, e, h, i)
+    layer = MoELayer(LayerConfig(e, k, h, i, c, recipe="mxfp8"), w13, w2, cuda_device)
+    x, ids, w = _routes(23, 6, 0.3, cuda_device, e=e, k=k, h=h)
+    out = layer.warmup(x, ids, w)
+    assert set(layer.last_paths.values()) == KERNEL_PATHS
+    report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids, "mxfp8")
+    assert report.problems == (), report
+    layer.destroy()

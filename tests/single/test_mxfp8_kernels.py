@@ -1,0 +1,105 @@
+"""The ``mxfp8`` recipe's kernels on a Hopper GPU (CONTRACTS.md s4 MXFP8, s5, s8): the
+MXFP8-weight grouped GEMM (decode in the mainloop), the MXFP8 A1 gather and the A2
+quantizer, each against its PyTorch path (checked against the oracle on the host).
+Values are compared bit for bit, NaN by position (a NaN's payload bits may differ)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from megamoe.experts import api
+from megamoe.experts.api import grouped_gemm, padded_segment_starts
+from megamoe.experts.mxfp4_gemm_kernel import MXFP8_CONFIGS
+from megamoe.experts.mxfp8 import Mxfp8Matrix
+from megamoe.layer import permute
+from megamoe.layer.a2_quant import quantize_a2_mxfp8, quantize_a2_mxfp8_torch
+from megamoe.layer.permute import widen_mx_rows
+from tests.host.test_grouped_gemm_host import poison_
+from tests.mxfp4_case import make_mxfp4_case
+from tests.single.test_mxfp4_gemm_kernel import SHAPES, _check, _run
+
+
+def _same_values(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Equal bits where ``want`` is a number, NaN where it is NaN."""
+    nan = want.isnan()
+    return (torch.equal(got.isnan(), nan)
+            and torch.equal(got[~nan].contiguous().view(torch.int16),
+                            want[~nan].contiguous().view(torch.int16)))
+
+
+@pytest.mark.parametrize("cfg", MXFP8_CONFIGS, ids=[c.name for c in MXFP8_CONFIGS])
+@pytest.mark.parametrize(("mode", "out_dtype"), [("swiglu", torch.float32),
+                                                 ("plain", torch.bfloat16)])
+def test_mxfp8_gemm_rows_match_the_torch_path(cuda_device, cfg, mode, out_dtype) -> None:
+    k, n = SHAPES[mode]
+    case = make_mxfp4_case(mode, [0, 1, 130, 77], k, n, seed=41, pre=False,
+                           out_dtype=out_dtype, device=cuda_device, weights="mxfp8")
+    poison_(case["out"])
+    clamp = 0.75 if mode == "swiglu" else None
+    _run(case, mode, clamp, cfg)
+    _check(case, mode, clamp)
+
+
+def test_mxfp8_decode_is_exact_for_every_byte_under_every_scale_byte(cuda_device) -> None:
+    """a = I: out = W's dequantized values; row n has scale byte n, every payload byte."""
+    n, k = 256, 256
+    payload = torch.arange(k, dtype=torch.int32).to(torch.uint8).repeat(n, 1)
+    payload[:, [0x7F, 0xFF]] = 0  # the NaN bytes would poison every output column
+    sbytes = torch.arange(n, dtype=torch.int32).to(torch.uint8).view(n, 1).expand(n, k // 32)
+    w = Mxfp8Matrix(payload.view(torch.float8_e4m3fn).unsqueeze(0).to(cuda_device),
+                    sbytes.contiguous().unsqueeze(0).to(cuda_device))
+    counts = torch.tensor([k], dtype=torch.int32)
+    eye = torch.eye(k, dtype=torch.bfloat16, device=cuda_device)
+    out = torch.empty(k, n, dtype=torch.float32, device=cuda_device)
+    assert grouped_gemm(eye, w, padded_segment_starts(counts).to(cuda_device),
+                        counts.to(cuda_device), out, mode="plain") == api.PATH_KERNEL
+    deq = w.dequantize()[0].cpu()  # float32 [N, K]
+    # the kernel multiplies bf16 values: the dequantized value rounded to bf16
+    want = deq.to(torch.bfloat16).to(torch.float32).t().contiguous()
+    poisoned = ~torch.isfinite(deq).all(dim=1)
+    want[:, poisoned] = float("nan")
+    got = out.cpu()
+    assert torch.equal(got.isnan(), want.isnan())
+    fin = ~want.isnan()
+    assert torch.equal(got[fin], want[fin])
+    assert int(poisoned.sum()) < n // 16  # only the overflowing scale bytes and 0xFF
+
+
+@pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
+def test_mxfp8_gather_kernel_matches_the_torch_path(cuda_device, elem) -> None:
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(0, 256, (40, 512), dtype=torch.uint8, generator=g)
+    src[0, :256] = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    scales = torch.randint(100, 150, (40, 16), dtype=torch.uint8, generator=g)
+    scales[1, 3] = 255
+    scales[2, 0] = 0
+    src, scales = src.to(cuda_device), scales.to(cuda_device)
+    si = torch.randperm(40, generator=g).to(cuda_device)
+    di = torch.randperm(64, generator=g)[:40].to(cuda_device)
+    n = torch.tensor([33], dtype=torch.int32, device=cuda_device)
+    got = torch.full((64, 512), 3.0, dtype=torch.bfloat16, device=cuda_device)
+    assert widen_mx_rows(src, scales, got, si, di, n, elem) == permute.PATH_KERNEL
+    want = torch.full((64, 512), 3.0, dtype=torch.bfloat16)
+    widen_mx_rows(src.cpu(), scales.cpu(), want, si.cpu(), di.cpu(), n.cpu(), elem)
+    assert _same_values(got.cpu(), want)
+
+
+@pytest.mark.parametrize(("elem", "mode"), [("e4m3", "rceil"), ("e5m2", "floor")])
+def test_mxfp8_a2_kernel_matches_the_torch_path(cuda_device, elem, mode) -> None:
+    g = torch.Generator().manual_seed(4)
+    counts = torch.tensor([3, 0, 129, 1], dtype=torch.int32)
+    seg = padded_segment_starts(counts)
+    m_cap = int(seg[-1]) + 128
+    act = torch.randn(m_cap, 320, generator=g) * torch.logspace(-40, 30, m_cap).view(-1, 1)
+    act[0, :32] = 0.0
+    act[1, 40] = float("nan")
+    act[130] *= 1e-20
+    act = act.to(cuda_device)
+    seg, counts = seg.to(cuda_device), counts.to(cuda_device)
+    got = torch.full((m_cap, 320), 9.0, dtype=torch.bfloat16, device=cuda_device)
+    want = got.clone()
+    assert quantize_a2_mxfp8(act, got, seg, counts, elem, mode) == "kernel"
+    quantize_a2_mxfp8_torch(act, want, seg, counts, elem, mode)
+    assert _same_values(got.cpu(), want.cpu())
+    assert bool(got[1, 32:64].isnan().all()) and bool((got[3:128] == 9.0).all())
