@@ -7,6 +7,7 @@ import torch
 from megamoe.experts.api import PRE_LANES, capacity_rows, padded_segment_starts
 from megamoe.experts.mxfp4 import Mxfp4Matrix, interleave_rows
 from megamoe.experts.mxfp8 import Mxfp8Matrix
+from megamoe.experts.nvfp4 import Nvfp4Matrix, quantize_nvfp4_weights
 from oracle.formats import quantize_mxfp4, quantize_mxfp8
 
 __all__ = ["make_mxfp4_case"]
@@ -29,15 +30,20 @@ def make_mxfp4_case(mode: str, counts: list[int], k: int, n: int, *, seed: int,
     a = torch.randn(m_cap, k, generator=gen).to(torch.bfloat16)
     mag = torch.exp2(torch.linspace(-spread, spread, n)).view(1, n, 1)
     w = torch.randn(e, n, k, generator=gen) * mag / k**0.5
-    if weights == "mxfp8":
+    extra: tuple = ()
+    if weights == "nvfp4":  # the layer's quantizer (checked against the oracle on the host)
+        q = quantize_nvfp4_weights(w)
+        codes, sbytes, extra = q.codes, q.scales, (q.global_scale,)
+        kind = Nvfp4Matrix
+    elif weights == "mxfp8":
         codes, sbytes = quantize_mxfp8(w, elem="e4m3")
         kind = Mxfp8Matrix
     else:
         codes, sbytes = quantize_mxfp4(w)
         kind = Mxfp4Matrix
-    canonical = kind(codes, sbytes)
-    b = (kind(interleave_rows(codes), interleave_rows(sbytes)) if mode == "swiglu"
-         else kind(codes.clone(), sbytes.clone()))
+    canonical = kind(codes, sbytes, *extra)
+    b = (kind(interleave_rows(codes), interleave_rows(sbytes), *extra) if mode == "swiglu"
+         else kind(codes.clone(), sbytes.clone(), *extra))
     d = (torch.rand(m_cap, 1, generator=gen) * 2 + 0.25).expand(m_cap, PRE_LANES).contiguous()
     rs = torch.rand(m_cap, generator=gen) + 0.5
     out_cols = n // 2 if mode == "swiglu" else n
@@ -47,8 +53,8 @@ def make_mxfp4_case(mode: str, counts: list[int], k: int, n: int, *, seed: int,
         return t.to(device) if t is not None else None
 
     def moved(m):
-        return kind(*(to(t) for t in (getattr(m, f) for f in ("codes", "payload", "scales")
-                                          if hasattr(m, f))))
+        fields = ("codes", "payload", "scales", "global_scale")
+        return kind(*(to(getattr(m, f)) for f in fields if hasattr(m, f)))
 
     return dict(a=to(a), w=moved(canonical), b=moved(b), seg=to(seg), counts=to(cnt),
                 pre=to(d) if pre else None, scale=to(rs) if scale else None, out=to(out))

@@ -49,8 +49,9 @@ from megamoe.experts.grouped_gemm_kernel import (
 )
 from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.experts.mxfp8 import Mxfp8Matrix
+from megamoe.experts.nvfp4 import Nvfp4Matrix
 from megamoe.staging.compile_cache import CompileDuringCaptureError
-from megamoe.staging.constants import MX_BLOCK
+from megamoe.staging.constants import MX_BLOCK, NVFP4_BLOCK
 
 PATH_KERNEL = "kernel"
 PATH_TORCH = "torch"
@@ -69,6 +70,7 @@ __all__ = [
     "CompileDuringCaptureError",
     "Mxfp4Matrix",
     "Mxfp8Matrix",
+    "Nvfp4Matrix",
     "capacity_rows",
     "grouped_gemm",
     "grouped_gemm_torch",
@@ -134,6 +136,17 @@ def _check_b(b: object, k: int) -> tuple[int, int, str]:
         if scales.device != payload.device:
             raise ConfigError("b.scales.device", str(payload.device), str(scales.device))
         return int(e), int(n), "mxfp8"
+    if isinstance(b, Nvfp4Matrix):
+        codes, scales = b.codes, b.scales.view(torch.uint8)
+        if codes.dtype != torch.uint8 or codes.dim() != 3 or not codes.is_contiguous():
+            raise ConfigError("b.codes", "contiguous uint8 [E, N, K/2]",
+                              f"{codes.dtype} {tuple(codes.shape)}")
+        e, n, half = codes.shape
+        if half * 2 != k:
+            raise ConfigError("b.codes.shape[2]", f"K / 2 = {k // 2}", half)
+        if tuple(scales.shape) != (e, n, k // NVFP4_BLOCK) or not scales.is_contiguous():
+            raise ConfigError("b.scales.shape", (e, n, k // NVFP4_BLOCK), tuple(scales.shape))
+        return int(e), int(n), "nvfp4"
     if isinstance(b, Mxfp4Matrix):
         codes, scales = b.codes, b.scales
         for name, t in (("b.codes", codes), ("b.scales", scales)):
@@ -245,7 +258,10 @@ def grouped_gemm_torch(
     m_cap, e, _, _ = _check(a, b, seg_start, counts, out, mode, row_scale, clamp, pre_scale)
     starts = seg_start.tolist()
     cnts = counts.tolist()
-    b_float = b.dequantize() if isinstance(b, Mxfp4Matrix | Mxfp8Matrix) else None
+    if isinstance(b, Nvfp4Matrix):
+        b_float = b.dequantize(with_global=False)  # g is the caller's (pre_scale)
+    else:
+        b_float = b.dequantize() if isinstance(b, Mxfp4Matrix | Mxfp8Matrix) else None
     backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
     saved = [bk.fp32_precision for bk in backends]
     for bk in backends:
@@ -286,12 +302,14 @@ def kernel_supported(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == _HOPPER
 
 
-WEIGHT_KINDS = ("bf16", "mxfp4", "mxfp8")
+WEIGHT_KINDS = ("bf16", "mxfp4", "mxfp8", "nvfp4")
 
 
 def _b_tensors(b) -> list[torch.Tensor]:  # type: ignore[no-untyped-def]
     if isinstance(b, Mxfp4Matrix):
         return [b.codes, b.scales]
+    if isinstance(b, Nvfp4Matrix):
+        return [b.codes, b.scales.view(torch.uint8)]
     if isinstance(b, Mxfp8Matrix):
         return [b.payload, b.scales]
     return [b]
@@ -300,6 +318,8 @@ def _b_tensors(b) -> list[torch.Tensor]:  # type: ignore[no-untyped-def]
 def _weight_kind(b) -> str:  # type: ignore[no-untyped-def]
     if isinstance(b, Mxfp4Matrix):
         return "mxfp4"
+    if isinstance(b, Nvfp4Matrix):
+        return "nvfp4"
     return "mxfp8" if isinstance(b, Mxfp8Matrix) else "bf16"
 
 
@@ -389,8 +409,9 @@ def grouped_gemm(
     Hopper GPU, else ``"torch"``). Never modifies its inputs; writes live rows of ``out``
     (bf16, or float32: one rounding of the float32 epilogue either way).
 
-    ``b``: bf16 ``[E, N, K]`` or an ``Mxfp4Matrix`` (decoded to bf16 inside the mainloop,
-    exactly). ``pre_scale`` (float32 ``[M_cap, 4]``, the safe-FP8 scale wire, lane 0 read):
+    ``b``: bf16 ``[E, N, K]``, an ``Mxfp4Matrix`` or ``Mxfp8Matrix`` (decoded to bf16 inside
+    the mainloop), or an ``Nvfp4Matrix``, of which the GEMM multiplies ``code * scale``
+    only: its per-expert ``global_scale`` is the caller's to apply (``pre_scale``). ``pre_scale`` (float32 ``[M_cap, 4]``, the safe-FP8 scale wire, lane 0 read):
     multiplies the accumulators before the epilogue math (FC1: before the clamp and SwiGLU).
     ``config`` picks a compiled variant (default ``default_config(N)``, or
     ``mxfp4_default_config(N)`` for MXFP4 weights); ``max_ctas`` caps the grid of the

@@ -54,10 +54,10 @@ from megamoe.experts.grouped_gemm_kernel import (
 from megamoe.kernel_registry import register_kernel
 from megamoe.staging.dsl_bits import e4m3_to_float, i2f
 
-MX_BLOCK = 32
-"""Elements per E8M0 scale byte along K (CONTRACTS.md s4, MXFP4)."""
-ROW_BYTES = {"mxfp4": TILE_K // 2, "mxfp8": TILE_K}
+ROW_BYTES = {"mxfp4": TILE_K // 2, "mxfp8": TILE_K, "nvfp4": TILE_K // 2}
 """Bytes of a weight row's payload per K tile: packed E2M1 codes, or E4M3 bytes."""
+SCALE_BLOCK = {"mxfp4": 32, "mxfp8": 32, "nvfp4": 16}
+"""Elements per scale byte along K (E8M0 for the MX formats, E4M3 for NVFP4)."""
 WEIGHT_FORMATS = tuple(ROW_BYTES)
 CONVERT_BUFS = 3
 """bf16 B tiles the decode rotates through (module docstring: why three)."""
@@ -68,7 +68,9 @@ MXFP4_CONFIGS = (KernelConfig(128, 6), KernelConfig(64, 8))
 """The compiled MXFP4 variants, preferred first (one CTA per tile; no persistent variant)."""
 MXFP8_CONFIGS = (KernelConfig(128, 5), KernelConfig(64, 8))
 """The MXFP8 variants (a stage holds twice the payload bytes: one stage fewer at 128)."""
-CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS}
+NVFP4_CONFIGS = (KernelConfig(128, 4), KernelConfig(64, 8))
+"""The NVFP4 variants (twice the scale bytes of MXFP4 in shared memory: fewer stages)."""
+CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
 def mx_default_config(n: int, weights: str = "mxfp4") -> KernelConfig:
@@ -94,7 +96,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     if cfg not in configs:
         raise ValueError(f"config: expected one of {[c.name for c in configs]}, "
                          f"got {cfg.name}")
-    fp4 = weights == "mxfp4"
+    fp4 = weights in ("mxfp4", "nvfp4")
+    e4m3_scales = weights == "nvfp4"
+    sblock = SCALE_BLOCK[weights]
     row_bytes = ROW_BYTES[weights]
     elems_per_byte = 2 if fp4 else 1
     swiglu = mode == "swiglu"
@@ -102,12 +106,11 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     n_out = n // 2 if swiglu else n
     n_tiles = n // tile_n
     k_tiles = k // TILE_K
-    k_scales = k // MX_BLOCK
+    k_scales = k // sblock
     tile_mnk = (TILE_M, tile_n, TILE_K)
     tx_bytes = TILE_M * TILE_K * 2 + tile_n * row_bytes
     bytes_per_thread = tile_n * row_bytes // THREADS  # fp4: 8 or 16; fp8: 16 or 32
     threads_per_row = row_bytes // bytes_per_thread
-    block_bytes = MX_BLOCK // elems_per_byte  # payload bytes per scale
     chunks_per_thread = elems_per_byte * bytes_per_thread // CHUNK
     locate = make_locate(n_tiles)
     store = make_store(swiglu, n_out, out_f32)
@@ -126,12 +129,19 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     def decode(s_q: cute.Tensor, s_s: cute.Tensor, s_b16: cute.Tensor, b_outer: cute.Layout,
                wrow: Int32, b0: Int32, stage: Int32, buf: Int32, kt: Int32):
         """Decode this thread's packed codes of one stage into bf16 B buffer ``buf``."""
-        # & 0xFF: a Uint8 load widens with its sign bit (bytes >= 128 would go negative)
-        sbyte = Int32(s_s[wrow, kt * (TILE_K // MX_BLOCK) + b0 // block_bytes]) & 0xFF
-        sbits = Int32(cutlass.select_(sbyte == Int32(0), Int32(0x00400000), sbyte << 23))
-        sbits = Int32(cutlass.select_(sbyte == Int32(SCALE_NAN_BYTE), Int32(0x7FC00000), sbits))
-        scale = i2f(sbits)
         for c in cutlass.range_constexpr(chunks_per_thread):
+            # the chunk's scale byte (& 0xFF: a Uint8 load widens with its sign bit)
+            kpos = elems_per_byte * b0 + c * CHUNK
+            sbyte = Int32(s_s[wrow, kt * (TILE_K // sblock) + kpos // sblock]) & 0xFF
+            scale = Float32(0.0)
+            if cutlass.const_expr(e4m3_scales):
+                scale = e4m3_to_float(sbyte)
+            else:
+                sbits = Int32(cutlass.select_(sbyte == Int32(0), Int32(0x00400000),
+                                              sbyte << 23))
+                sbits = Int32(cutlass.select_(sbyte == Int32(SCALE_NAN_BYTE),
+                                              Int32(0x7FC00000), sbits))
+                scale = i2f(sbits)
             frag = cute.make_rmem_tensor(cute.make_layout(CHUNK), BFloat16)
             if cutlass.const_expr(fp4):
                 for j in cutlass.range_constexpr(CHUNK // 2):
@@ -152,7 +162,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                     frag[j] = (e4m3_to_float(byte) * scale).to(BFloat16)
             # the chunk's place in the 128B-swizzled tile (byte address bits 4-6 ^= bits
             # 7-9; a 16-byte chunk stays contiguous)
-            off = cute.crd2idx((wrow, elems_per_byte * b0 + c * CHUNK, buf), b_outer) * 2
+            off = cute.crd2idx((wrow, kpos, buf), b_outer) * 2
             off = off ^ (((off >> 7) & 7) << 4)
             s_b16[off // (2 * CHUNK), None].store(frag.load())
 
@@ -256,7 +266,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                     prod.advance()
 
             # this thread decodes bytes [b0, b0 + bytes_per_thread) of weight row `wrow`:
-            # one scale block (bytes_per_thread <= block_bytes and b0 is a multiple of it)
+            # (each 8-element chunk lies in one scale block)
             wrow = tidx // threads_per_row
             b0 = (tidx % threads_per_row) * bytes_per_thread
 
@@ -373,6 +383,17 @@ def build_mxfp4_gemm_swiglu():
 @register_kernel("grouped_gemm_mxfp4_plain_k128_n192_n64s8")
 def build_mxfp4_gemm_plain():
     return compile_mxfp4_gemm("plain", 192, 128, KernelConfig(64, 8))
+
+
+@register_kernel("grouped_gemm_nvfp4_swiglu_f32_k256_n256_n128s4")
+def build_nvfp4_gemm_swiglu():
+    return compile_mx_gemm("swiglu", 256, 256, KernelConfig(128, 4), out_f32=True,
+                           weights="nvfp4")
+
+
+@register_kernel("grouped_gemm_nvfp4_plain_k128_n192_n64s8")
+def build_nvfp4_gemm_plain():
+    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 8), weights="nvfp4")
 
 
 @register_kernel("grouped_gemm_mxfp8_swiglu_f32_k256_n256_n128s5")

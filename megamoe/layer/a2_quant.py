@@ -16,7 +16,12 @@ import torch
 
 from megamoe.errors import ConfigError
 from megamoe.staging.compile_cache import CompileDuringCaptureError
-from megamoe.staging.torch_path import pow2_f32, quantize_mxfp8, quantize_safe_fp8
+from megamoe.staging.torch_path import (
+    pow2_f32,
+    quantize_mxfp8,
+    quantize_nvfp4,
+    quantize_safe_fp8,
+)
 
 LANES = 4  # = a2_quant_kernel.LANES
 VEC = 4  # = a2_quant_kernel.VEC
@@ -67,7 +72,11 @@ def _compiled(device: torch.device, kind: str = "safe_fp8"):
     from megamoe.layer.a2_quant_kernel import compile_a2_mxfp8, compile_a2_safe_fp8
 
     with torch.cuda.device(device):
-        if kind.startswith("mxfp8_"):
+        if kind == "nvfp4":
+            from megamoe.layer.a2_quant_kernel import compile_a2_nvfp4
+
+            compiled = compile_a2_nvfp4()
+        elif kind.startswith("mxfp8_"):
             _, elem, mode = kind.split("_")
             compiled = compile_a2_mxfp8(elem, mode)
         else:
@@ -76,12 +85,14 @@ def _compiled(device: torch.device, kind: str = "safe_fp8"):
     return compiled
 
 
-def warmup(device: torch.device | str, mxfp8: tuple[str, str] | None = None) -> None:
-    """Compile the safe-FP8 quantizer (or, with ``mxfp8=(elem, mode)``, the MXFP8 one) for
-    ``device`` (CUDA only). Call before capture."""
+def warmup(device: torch.device | str, mxfp8: tuple[str, str] | None = None,
+           nvfp4: bool = False) -> None:
+    """Compile the safe-FP8 quantizer (``mxfp8=(elem, mode)``: the MXFP8 one; ``nvfp4``:
+    the NVFP4 one) for ``device`` (CUDA only). Call before capture."""
     device = torch.device(device)
     if device.type == "cuda":
-        _compiled(device, f"mxfp8_{mxfp8[0]}_{mxfp8[1]}" if mxfp8 else "safe_fp8")
+        kind = f"mxfp8_{mxfp8[0]}_{mxfp8[1]}" if mxfp8 else "safe_fp8"
+        _compiled(device, "nvfp4" if nvfp4 else kind)
 
 
 def quantize_a2_torch(act, a2, d, seg_start, counts) -> None:
@@ -189,5 +200,71 @@ def quantize_a2_mxfp8(act: torch.Tensor, a2: torch.Tensor, seg_start: torch.Tens
         make_ptr(cutlass.Int32, seg_start.data_ptr(), gm, assumed_align=4),
         make_ptr(cutlass.Int32, counts.data_ptr(), gm, assumed_align=4),
         m_cap, cols, counts.numel(), min(m_cap, MAX_BLOCKS), stream,
+    )
+    return PATH_KERNEL
+
+
+NVFP4_BLOCK = 16  # = a2_quant_kernel.NVFP4_BLOCK
+
+
+def quantize_a2_nvfp4_torch(act, a2, seg_start, counts, global_scale: float) -> None:
+    """The Torch path of ``quantize_a2_nvfp4`` (syncs on the counts)."""
+    from megamoe.experts.mxfp4 import E2M1_MAGNITUDES
+
+    starts = seg_start.tolist()
+    m_cap, cols = act.shape
+    mags = torch.tensor(E2M1_MAGNITUDES, dtype=torch.float32, device=act.device)
+    for e, n in enumerate(counts.tolist()):
+        lo = max(starts[e], 0)
+        hi = min(lo + max(n, 0), starts[e + 1], m_cap)
+        if hi <= lo:
+            continue
+        packed, sc = quantize_nvfp4(act[lo:hi], global_scale)
+        codes = packed.to(torch.int64)
+        code = torch.stack((codes & 0xF, codes >> 4), dim=-1).reshape(hi - lo, cols)
+        val = torch.where((code & 8) != 0, -mags[code & 7], mags[code & 7])
+        s32 = sc.to(torch.float32)
+        out = val.reshape(hi - lo, cols // NVFP4_BLOCK, NVFP4_BLOCK) * s32.unsqueeze(-1)
+        a2[lo:hi] = out.reshape(hi - lo, cols).to(torch.bfloat16)
+
+
+def quantize_a2_nvfp4(act: torch.Tensor, a2: torch.Tensor, seg_start: torch.Tensor,
+                      counts: torch.Tensor, global_scale: float) -> str:
+    """A2 of the ``nvfp4`` recipe (CONTRACTS.md s4-s5): every live row of the float32 ``act``
+    quantized to NVFP4 with ``g = global_scale`` (blocks of 16 along ``I``) and written into
+    ``a2`` as ``e2m1(code) * float32(s)`` in bf16 (exact), **without** ``g`` (FC2 applies it
+    in float32). A NaN/Inf block gives NaN. Returns the path taken."""
+    import math
+    import struct
+
+    if not (isinstance(global_scale, int | float) and math.isfinite(global_scale)
+            and global_scale > 0):
+        raise ConfigError("global_scale", "a finite float > 0", global_scale)
+    d_dummy = torch.empty(act.shape[0] if isinstance(act, torch.Tensor) else 0, LANES,
+                          dtype=torch.float32, device=getattr(act, "device", "cpu"))
+    _check(act, a2, d_dummy, seg_start, counts)
+    if act.shape[1] % NVFP4_BLOCK:
+        raise ConfigError("act.shape[1]", f"a multiple of {NVFP4_BLOCK}", act.shape[1])
+    if act.device.type != "cuda":
+        quantize_a2_nvfp4_torch(act, a2, seg_start, counts, float(global_scale))
+        return PATH_TORCH
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    compiled = _compiled(act.device, "nvfp4")
+    m_cap, cols = act.shape
+    if m_cap == 0:
+        return PATH_KERNEL
+    g_bits = struct.unpack("<i", struct.pack("<f", float(global_scale)))[0]
+    gm = cute.AddressSpace.gmem
+    stream = cuda.CUstream(torch.cuda.current_stream(act.device).cuda_stream)
+    compiled(
+        make_ptr(cutlass.Float32, act.data_ptr(), gm, assumed_align=16),
+        make_ptr(cutlass.BFloat16, a2.data_ptr(), gm, assumed_align=16),
+        make_ptr(cutlass.Int32, seg_start.data_ptr(), gm, assumed_align=4),
+        make_ptr(cutlass.Int32, counts.data_ptr(), gm, assumed_align=4),
+        m_cap, cols, counts.numel(), g_bits, min(m_cap, MAX_BLOCKS), stream,
     )
     return PATH_KERNEL

@@ -31,15 +31,18 @@ from cutlass import BFloat16, Float32, Int16, Int32
 from cutlass.cute.runtime import make_ptr
 
 from megamoe.kernel_registry import register_kernel
+from megamoe.layer.permute_kernel import e2m1_to_float
 from megamoe.staging.dsl_bits import (
     e4m3_to_float,
     e5m2_to_float,
     f2i,
+    i2f,
     make_mx_exponent,
     make_sat_fp8,
     pow2,
     sel,
 )
+from megamoe.staging.nvfp4_kernel import e2m1_code, nvfp4_block_scale
 from megamoe.staging.safe_fp8_kernel import fsel, safe_fp8_scale
 
 THREADS = 128
@@ -212,6 +215,87 @@ def compile_a2_mxfp8(elem: str, mode: str):
         _make_mx(elem, mode), _ptr(Float32, 16), _ptr(BFloat16, 16),
         _ptr(Int32, 4), _ptr(Int32, 4), i0, i0, i0, i0, cuda.CUstream(0),
     )
+
+
+NVFP4_BLOCK = 16
+
+
+@cute.kernel
+def _a2_nvfp4_kernel(
+    act_ptr: cute.Pointer, out_ptr: cute.Pointer,
+    seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+    m_cap: Int32, cols: Int32, num_experts: Int32, g_bits: Int32,
+):
+    """A2 of the ``nvfp4`` recipe (CONTRACTS.md s4 NVFP4, s5 step 5): every live row of the
+    float32 ``act``, blocks of 16 along ``I``, quantized with ``g`` (the layer's A2 scale)
+    by the staging kernel's block arithmetic (``nvfp4_block_scale``, ``e2m1_code``), written
+    as ``e2m1(code) * float32(s)`` in bf16 (exact), **without** ``g``: FC2 applies it in
+    float32. A NaN/Inf block gives NaN. One thread per block."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    gdim, _, _ = cute.arch.grid_dim()
+    nblk = cols // NVFP4_BLOCK
+    row_s = cute.assume(cols, divby=NVFP4_BLOCK)
+    m_act = cute.make_tensor(act_ptr, cute.make_layout(
+        (m_cap, nblk, NVFP4_BLOCK // VEC, VEC), stride=(row_s, NVFP4_BLOCK, VEC, 1)))
+    m_out = cute.make_tensor(out_ptr, cute.make_layout(
+        (m_cap, nblk, 2, 8), stride=(row_s, NVFP4_BLOCK, 8, 1)))
+    seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
+    cnt = cute.make_tensor(cnt_ptr, cute.make_layout(num_experts))
+    g = i2f(g_bits)
+    inv_g = Float32(1.0) / g
+    six = Float32(6.0)
+    for e in range(num_experts):
+        lo = seg[e]
+        hi = cutlass.min(cutlass.min(lo + cutlass.max(cnt[e], Int32(0)), seg[e + 1]), m_cap)
+        for r in range(lo + bidx, hi, gdim):
+            for b in range(tidx, nblk, THREADS):
+                x = cute.make_rmem_tensor(cute.make_layout(NVFP4_BLOCK), Float32)
+                for v in cutlass.range_constexpr(NVFP4_BLOCK // VEC):
+                    f = cute.make_rmem_tensor(cute.make_layout(VEC), Float32)
+                    f.store(m_act[r, b, v, None].load())
+                    for j in cutlass.range_constexpr(VEC):
+                        x[v * VEC + j] = f[j]
+                amax_b = Int32(0)
+                for j in cutlass.range_constexpr(NVFP4_BLOCK):
+                    amax_b = cutlass.max(amax_b, f2i(x[j]) & 0x7FFFFFFF)
+                bad = amax_b >= Int32(0x7F800000)
+                _scode, s32, rr = nvfp4_block_scale(amax_b, g, inv_g)
+                s32 = fsel(bad, i2f(Int32(0x7FC00000)), s32)
+                for h in cutlass.range_constexpr(2):
+                    o = cute.make_rmem_tensor(cute.make_layout(8), BFloat16)
+                    for j in cutlass.range_constexpr(8):
+                        y = Float32(x[8 * h + j]) * rr
+                        y = fsel(y > six, six, fsel(y < -six, -six, y))
+                        code = sel(bad, 0, e2m1_code(y))
+                        o[j] = (e2m1_to_float(code) * s32).to(BFloat16)
+                    m_out[r, b, h, None].store(o.load())
+
+
+@cute.jit
+def a2_nvfp4_launch(
+    act_ptr: cute.Pointer, out_ptr: cute.Pointer,
+    seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+    m_cap: Int32, cols: Int32, num_experts: Int32, g_bits: Int32, blocks: Int32,
+    stream: cuda.CUstream,
+):
+    _a2_nvfp4_kernel(act_ptr, out_ptr, seg_ptr, cnt_ptr, m_cap, cols, num_experts,
+                     g_bits).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+
+
+def compile_a2_nvfp4():
+    """``cute.compile`` the NVFP4 A2 quantizer; runtime arguments ``(act, a2, seg_start,
+    counts, M_cap, I, E, g_bits, blocks, stream)``."""
+    i0 = Int32(0)
+    return cute.compile(
+        a2_nvfp4_launch, _ptr(Float32, 16), _ptr(BFloat16, 16),
+        _ptr(Int32, 4), _ptr(Int32, 4), i0, i0, i0, i0, i0, cuda.CUstream(0),
+    )
+
+
+@register_kernel("a2_nvfp4")
+def build_a2_nvfp4():
+    return compile_a2_nvfp4()
 
 
 @register_kernel("a2_mxfp8_e4m3_rceil")

@@ -17,9 +17,9 @@ from megamoe.experts.grouped_gemm_kernel import TILE_K, TILE_N
 
 KNOWN_RECIPES = ("bf16", "mxfp8", "nvfp4", "fp8_mxfp4")
 """Every recipe of CONTRACTS.md s5."""
-LAYER_RECIPES = ("bf16", "fp8_mxfp4", "mxfp8")
-"""Recipes the layer runs today. ``nvfp4`` is refused with a ConfigError that says so
-(issue 7 tracks it); the layer never silently computes a different recipe."""
+LAYER_RECIPES = ("bf16", "fp8_mxfp4", "mxfp8", "nvfp4")
+"""Recipes the layer runs (every recipe of CONTRACTS.md s5); the layer never silently
+computes a different recipe."""
 MXFP8_ELEMS = ("e4m3", "e5m2")
 MX_MODES = ("rceil", "floor")
 H_MULTIPLE = math.lcm(TILE_K, TILE_N)
@@ -48,6 +48,8 @@ class LayerConfig:
     mxfp8_elem, mxfp8_mode: recipe ``mxfp8`` only: the activation element (``e4m3`` or
         ``e5m2``, A1 and A2 alike) and the MX scale mode (``rceil`` or ``floor``) of the
         activations and of weights the layer quantizes.
+    nvfp4_input_scale, nvfp4_a2_scale: recipe ``nvfp4`` only: the global decode scales ``g``
+        of A1 and A2 (finite, > 0; CONTRACTS.md s4).
     """
 
     num_experts: int
@@ -60,6 +62,8 @@ class LayerConfig:
     late_weighting: bool = False
     mxfp8_elem: str = "e4m3"
     mxfp8_mode: str = "rceil"
+    nvfp4_input_scale: float = 1.0
+    nvfp4_a2_scale: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "top_k", "hidden_size", "intermediate_size", "capacity"):
@@ -75,10 +79,6 @@ class LayerConfig:
                               self.intermediate_size)
         if self.recipe not in KNOWN_RECIPES:
             raise ConfigError("recipe", f"one of {KNOWN_RECIPES}", repr(self.recipe))
-        if self.recipe not in LAYER_RECIPES:
-            raise ConfigError("recipe", f"one of {LAYER_RECIPES} (the recipes the layer "
-                              "runs today)", repr(self.recipe),
-                              "the other recipes are not implemented on the GPU yet")
         if self.clamp is not None:
             if isinstance(self.clamp, bool) or not isinstance(self.clamp, (int, float)):
                 raise ConfigError("clamp", "None or a finite float >= 0", repr(self.clamp))
@@ -91,3 +91,10 @@ class LayerConfig:
             raise ConfigError("mxfp8_elem", f"one of {MXFP8_ELEMS}", repr(self.mxfp8_elem))
         if self.mxfp8_mode not in MX_MODES:
             raise ConfigError("mxfp8_mode", f"one of {MX_MODES}", repr(self.mxfp8_mode))
+        for name in ("nvfp4_input_scale", "nvfp4_a2_scale"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                math.isfinite(v) and v > 0
+            ):
+                raise ConfigError(name, "a finite float > 0", repr(v))
+            object.__setattr__(self, name, float(v))

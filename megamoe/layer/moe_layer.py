@@ -63,7 +63,7 @@ ID_DTYPES = (torch.int32, torch.int64)
 SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-STAGE_FORMATS = {"bf16": "bf16", "fp8_mxfp4": "safe_fp8", "mxfp8": "mxfp8"}
+STAGE_FORMATS = {"bf16": "bf16", "fp8_mxfp4": "safe_fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 """The staging format of each layer recipe's A1 (CONTRACTS.md s5 table)."""
 
 
@@ -92,6 +92,7 @@ class MoELayer:
         dev = self.device
         self._mx = config.recipe == "fp8_mxfp4"  # safe-FP8 row scales beside A1 and A2
         self._mx8 = config.recipe == "mxfp8"  # block scales folded into bf16 A1 and A2
+        self._nv = config.recipe == "nvfp4"  # block scales folded; g in a per-row pre-scale
         self._quantized = config.recipe != "bf16"  # float32 act and an a2 stage
         self._w13 = _weights.prepare_weights(config, w13, h, dev, gate_up=True)
         self._w2 = _weights.prepare_weights(config, w2, i, dev, gate_up=False)
@@ -103,14 +104,18 @@ class MoELayer:
         self._m_cap = _gemm.capacity_rows(routes, e)
         self._a1 = torch.zeros(self._m_cap, h, dtype=torch.bfloat16, device=dev)
         self._a2 = torch.zeros(self._m_cap, i, dtype=torch.bfloat16, device=dev)
-        # fp8_mxfp4 only: the rows' safe-FP8 scale wires (A1's gathered, A2's)
-        mx_rows = self._m_cap if self._mx else 0
+        # fp8_mxfp4: the rows' safe-FP8 scale wires (A1's gathered, A2's); nvfp4: each row's
+        # g_act * g_weight[e] (one spare row: routes past the live count write there)
+        mx_rows = self._m_cap + 1 if (self._mx or self._nv) else 0
         self._pre1 = torch.zeros(mx_rows, _gemm.PRE_LANES, dtype=torch.float32, device=dev)
         self._pre2 = torch.zeros(mx_rows, _gemm.PRE_LANES, dtype=torch.float32, device=dev)
         # quantized recipes: FC1's float32 act, quantized to A2 by the a2 stage
         q_rows = self._m_cap if self._quantized else 0
         self._act = torch.zeros(q_rows, i if self._quantized else 0, dtype=torch.float32,
                                 device=dev)
+        # nvfp4: the activations' global scales as float32 device scalars
+        self._g_in = torch.tensor(config.nvfp4_input_scale, dtype=torch.float32, device=dev)
+        self._g_a2 = torch.tensor(config.nvfp4_a2_scale, dtype=torch.float32, device=dev)
         self._h2 = torch.zeros(self._m_cap, h, dtype=torch.bfloat16, device=dev)
         # one spare entry: routes i >= N write their (unused) score there
         self._row_scale = torch.zeros(self._m_cap + 1, dtype=torch.float32, device=dev)
@@ -210,6 +215,10 @@ class MoELayer:
                 if self._mx:
                     _permute.warmup(self.device, torch.int64, torch.int32, widen=True)
                     _a2.warmup(self.device)
+                elif self._nv:
+                    wk = "nvfp4"
+                    _permute.warmup(self.device, torch.int64, torch.int32, nvfp4=True)
+                    _a2.warmup(self.device, nvfp4=True)
                 else:
                     _permute.warmup(self.device, torch.int64, torch.int32,
                                     mx_elem=cfg.mxfp8_elem)
@@ -259,11 +268,15 @@ class MoELayer:
         early = None if cfg.late_weighting else self._row_scale[: self._m_cap]
         late = self._row_scale[: self._m_cap] if cfg.late_weighting else None
         terms = self._terms.view(cfg.capacity, cfg.top_k, cfg.hidden_size)
+        pre1 = self._pre1[: self._m_cap] if (self._mx or self._nv) else None
+        pre2 = self._pre2[: self._m_cap] if (self._mx or self._nv) else None
         n = self._layout_ws.view("num_routes")
 
         def stage() -> str:
+            extra = {"global_scale": cfg.nvfp4_input_scale} if self._nv else {}
             return _staging.stage(ws, hidden, topk_ids, topk_weights,
-                                  num_experts=cfg.num_experts, live_tokens=live_tokens).path
+                                  num_experts=cfg.num_experts, live_tokens=live_tokens,
+                                  **extra).path
 
         def layout() -> str:
             lay = _dispatch.dispatch_layout(ws.ids, cfg.num_experts, 1,
@@ -272,6 +285,9 @@ class MoELayer:
             return lay.path
 
         def gather() -> str:
+            if self._nv:
+                return _permute.widen_nvfp4_rows(ws.payload, ws.scales, self._a1,
+                                                 self._src_row, self._pos, n)
             if self._mx8:
                 return _permute.widen_mx_rows(ws.payload, ws.scales, self._a1, self._src_row,
                                               self._pos, n, cfg.mxfp8_elem)
@@ -286,20 +302,23 @@ class MoELayer:
             return _gemm.grouped_gemm(
                 self._a1, self._w13, self._seg, self._counts,
                 self._act if self._quantized else self._a2, mode="swiglu", row_scale=early,
-                clamp=cfg.clamp, pre_scale=self._pre1 if self._mx else None,
+                clamp=cfg.clamp, pre_scale=pre1,
             )
 
         def a2() -> str:
+            if self._nv:
+                return _a2.quantize_a2_nvfp4(self._act, self._a2, self._seg, self._counts,
+                                             cfg.nvfp4_a2_scale)
             if self._mx8:
                 return _a2.quantize_a2_mxfp8(self._act, self._a2, self._seg, self._counts,
                                              cfg.mxfp8_elem, cfg.mxfp8_mode)
-            return _a2.quantize_a2_safe_fp8(self._act, self._a2, self._pre2, self._seg,
+            return _a2.quantize_a2_safe_fp8(self._act, self._a2, pre2, self._seg,
                                             self._counts)
 
         def fc2() -> str:
             return _gemm.grouped_gemm(self._a2, self._w2, self._seg, self._counts, self._h2,
                                       mode="plain", row_scale=late,
-                                      pre_scale=self._pre2 if self._mx else None)
+                                      pre_scale=pre2)
 
         def scatter() -> str:
             return _permute.permute_rows(self._h2, self._terms, self._pos, self._term_row, n)
@@ -340,7 +359,13 @@ class MoELayer:
         self._term_row.copy_(row * cfg.top_k + slot)
         score = self._stage_ws.scores[row, slot]
         spare = torch.full_like(pos, self._m_cap)
-        self._row_scale.index_copy_(0, torch.where(valid, pos, spare), score)
+        dest = torch.where(valid, pos, spare)
+        self._row_scale.index_copy_(0, dest, score)
+        if self._nv:  # g of the activation times g of the expert's weights, per GEMM row
+            for pre, g_act, w in ((self._pre1, self._g_in, self._w13),
+                                  (self._pre2, self._g_a2, self._w2)):
+                g = (g_act * w.global_scale)[expert]
+                pre.index_copy_(0, dest, g.unsqueeze(1).expand(-1, pre.shape[1]))
 
     def check_errors(self) -> None:
         """Raise ``RouteError`` for the first bad route recorded by forwards run under CUDA
@@ -352,7 +377,7 @@ class MoELayer:
         """Release every buffer; any later call raises ``ConfigError``."""
         if self._destroyed:
             return
-        for name in ("_w13", "_w2", "_stage_ws", "_layout_ws", "_a1", "_a2", "_h2", "_pre1",
+        for name in ("_w13", "_w2", "_stage_ws", "_layout_ws", "_a1", "_a2", "_h2", "_pre1", "_g_in", "_g_a2",
                      "_pre2", "_act",
                      "_row_scale", "_terms", "_out", "_counts", "_seg", "_route", "_rows",
                      "_src_row", "_pos", "_term_row", "_live"):

@@ -34,7 +34,8 @@ def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
 
 
-def _check(src, dst, src_index, dst_index, count, same_dtype: bool = True) -> None:
+def _check(src, dst, src_index, dst_index, count, same_dtype: bool = True,
+           dst_cols: int | None = None) -> None:
     for name, t in (("src", src), ("dst", dst), ("src_index", src_index),
                     ("dst_index", dst_index), ("count", count)):
         if not isinstance(t, torch.Tensor):
@@ -46,8 +47,10 @@ def _check(src, dst, src_index, dst_index, count, same_dtype: bool = True) -> No
             raise ConfigError(f"{name}.stride(1)", 1, t.stride(1))
     if same_dtype and dst.dtype != src.dtype:
         raise ConfigError("dst.dtype", f"src's dtype {src.dtype}", dst.dtype)
-    if dst.shape[1] != src.shape[1]:
-        raise ConfigError("dst.shape[1]", f"src's row length {src.shape[1]}", dst.shape[1])
+    want_cols = src.shape[1] if dst_cols is None else dst_cols
+    if dst.shape[1] != want_cols:
+        raise ConfigError("dst.shape[1]", f"{want_cols} (from src's row length "
+                          f"{src.shape[1]})", dst.shape[1])
     for name, t in (("src_index", src_index), ("dst_index", dst_index)):
         if t.dtype not in INDEX_DTYPES or t.dim() != 1:
             raise ConfigError(name, "a 1-D int32/int64 tensor", f"{t.dtype} {tuple(t.shape)}")
@@ -89,9 +92,16 @@ def _compiled(index_dtype: torch.dtype, count_dtype: torch.dtype, device: torch.
             f"row {kind} for {key} is not compiled and a CUDA graph is being captured: call "
             "megamoe.layer.permute.warmup(...) before capture (CONTRACTS.md s9)"
         )
-    from megamoe.layer.permute_kernel import compile_permute, compile_widen, compile_widen_mx
+    from megamoe.layer.permute_kernel import (
+        compile_permute,
+        compile_widen,
+        compile_widen_mx,
+        compile_widen_nvfp4,
+    )
 
-    if kind.startswith("widen_mx_"):
+    if kind == "widen_nvfp4":
+        compiled = compile_widen_nvfp4(_dtype_name(index_dtype), _dtype_name(count_dtype))
+    elif kind.startswith("widen_mx_"):
         compiled = compile_widen_mx(kind.removeprefix("widen_mx_"), _dtype_name(index_dtype),
                                     _dtype_name(count_dtype))
     else:
@@ -103,13 +113,14 @@ def _compiled(index_dtype: torch.dtype, count_dtype: torch.dtype, device: torch.
 
 def warmup(device: torch.device | str, index_dtype: torch.dtype = torch.int64,
            count_dtype: torch.dtype = torch.int64, *, widen: bool = False,
-           mx_elem: str | None = None) -> None:
+           mx_elem: str | None = None, nvfp4: bool = False) -> None:
     """Compile the permute (``widen``: the E4M3 -> bf16 widening permute; ``mx_elem``: the
     MXFP8 dequantizing gather for that element type) for these dtypes on ``device`` (CUDA
     only). Call before capture."""
     device = torch.device(device)
     if device.type == "cuda":
         kind = f"widen_mx_{mx_elem}" if mx_elem else ("widen" if widen else "permute")
+        kind = "widen_nvfp4" if nvfp4 else kind
         _compiled(index_dtype, count_dtype, device, kind)
 
 
@@ -274,6 +285,70 @@ def widen_mx_rows(src: torch.Tensor, scales: torch.Tensor, dst: torch.Tensor,
         make_ptr(cutlass.Uint8, scales.data_ptr(), gm, assumed_align=1), scales.stride(0),
         make_ptr(cutlass.BFloat16, dst.data_ptr(), gm, assumed_align=2 * WIDEN_CHUNK),
         dst.shape[0], dst.stride(0), src.shape[1] // WIDEN_CHUNK,
+        make_ptr(it, src_index.data_ptr(), gm, assumed_align=it.width // 8),
+        make_ptr(it, dst_index.data_ptr(), gm, assumed_align=it.width // 8),
+        make_ptr(ct, count.data_ptr(), gm, assumed_align=ct.width // 8),
+        rows, min(rows, MAX_BLOCKS), stream,
+    )
+    return PATH_KERNEL
+
+
+NVFP4_BLOCK = 16  # = permute_kernel.NVFP4_BLOCK
+
+
+def widen_nvfp4_rows(src: torch.Tensor, scales: torch.Tensor, dst: torch.Tensor,
+                     src_index: torch.Tensor, dst_index: torch.Tensor,
+                     count: torch.Tensor) -> str:
+    """``dst[dst_index[i]] = bf16(e2m1(src[si]) * float32(scales[si]))`` for ``i <
+    count[0]``: the NVFP4 A1 gather **without** the global scale (the layer applies ``g`` in
+    float32 in FC1's epilogue). ``src`` packed codes uint8 ``[rows, H/2]``, ``scales`` E4M3
+    (or its bytes) ``[rows, >= H/16]``, ``dst`` bf16 ``[*, H]``. Exact. Returns the path."""
+    from megamoe.experts.mxfp4 import E2M1_MAGNITUDES
+
+    if isinstance(scales, torch.Tensor) and scales.dtype == torch.float8_e4m3fn:
+        scales = scales.view(torch.uint8)
+    for name, t, dt in (("src", src, torch.uint8), ("scales", scales, torch.uint8),
+                        ("dst", dst, torch.bfloat16)):
+        if not isinstance(t, torch.Tensor) or t.dtype != dt:
+            raise ConfigError(f"{name}.dtype", dt, getattr(t, "dtype", type(t).__name__))
+    _check(src, dst, src_index, dst_index, count, same_dtype=False, dst_cols=2 * src.shape[1])
+    nblk = dst.shape[1] // NVFP4_BLOCK
+    if scales.dim() != 2 or scales.shape[0] != src.shape[0] or scales.shape[1] < nblk:
+        raise ConfigError("scales", f"[{src.shape[0]}, >= {nblk}]", tuple(scales.shape))
+    kernel_ok = (src.device.type == "cuda" and dst.shape[1] % NVFP4_BLOCK == 0
+                 and src.data_ptr() % 8 == 0 and src.stride(0) % 8 == 0
+                 and dst.data_ptr() % 16 == 0 and dst.stride(0) % 8 == 0
+                 and dst.stride(1) == 1 and scales.stride(1) == 1)
+    if not kernel_ok:
+        n = max(0, min(int(count.reshape(-1)[0]), src_index.numel()))
+        rows = src_index[:n].long()
+        codes = src[rows].to(torch.int64)
+        code = torch.stack((codes & 0xF, codes >> 4), dim=-1).reshape(n, dst.shape[1])
+        mags = torch.tensor(E2M1_MAGNITUDES, dtype=torch.float32, device=src.device)
+        val = torch.where((code & 8) != 0, -mags[code & 7], mags[code & 7])
+        sc = scales[rows, :nblk].view(torch.float8_e4m3fn).to(torch.float32)
+        out = (val.reshape(n, nblk, NVFP4_BLOCK) * sc.unsqueeze(-1)).reshape(n, dst.shape[1])
+        dst[dst_index[:n].long()] = out.to(torch.bfloat16)
+        return PATH_TORCH
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    compiled = _compiled(src_index.dtype, count.dtype, src.device, "widen_nvfp4")
+    rows = src_index.numel()
+    if rows == 0:
+        return PATH_KERNEL
+    gm = cute.AddressSpace.gmem
+    it = cutlass.Int32 if src_index.dtype == torch.int32 else cutlass.Int64
+    ct = cutlass.Int32 if count.dtype == torch.int32 else cutlass.Int64
+    stream = cuda.CUstream(torch.cuda.current_stream(src.device).cuda_stream)
+    compiled(
+        make_ptr(cutlass.Uint8, src.data_ptr(), gm, assumed_align=8), src.shape[0],
+        src.stride(0), make_ptr(cutlass.Uint8, scales.data_ptr(), gm, assumed_align=1),
+        scales.stride(0),
+        make_ptr(cutlass.BFloat16, dst.data_ptr(), gm, assumed_align=16), dst.shape[0],
+        dst.stride(0), nblk,
         make_ptr(it, src_index.data_ptr(), gm, assumed_align=it.width // 8),
         make_ptr(it, dst_index.data_ptr(), gm, assumed_align=it.width // 8),
         make_ptr(ct, count.data_ptr(), gm, assumed_align=ct.width // 8),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Int16, Int32, Int64, Uint8
+from cutlass import BFloat16, Float32, Int16, Int32, Int64, Uint8
 from cutlass.cute.runtime import make_ptr
 
 from megamoe.kernel_registry import register_kernel
@@ -199,6 +199,78 @@ def _make_widen_mx(elem: str):
     return launch
 
 
+NVFP4_BLOCK = 16
+E2M1_TWICE = (0, 1, 2, 3, 4, 6, 8, 12)
+"""Twice the E2M1 magnitude of codes 0..7 (exact small integers)."""
+
+
+@cute.jit
+def e2m1_to_float(code: Int32) -> Float32:
+    """The value of an E2M1 code (bit 3 the sign; CONTRACTS.md s4)."""
+    m = code & 7
+    ex = (m >> 1) & 3
+    twice = Int32(cutlass.select_(ex == Int32(0), m & 1, ((m & 1) + 2) << (ex - 1)))
+    v = Float32(twice) * Float32(0.5)
+    return Float32(cutlass.select_((code & 8) != Int32(0), -v, v))
+
+
+@cute.kernel
+def _widen_nvfp4_kernel(
+    src_ptr: cute.Pointer, src_rows: Int32, src_stride: Int32,
+    sc_ptr: cute.Pointer, sc_stride: Int32,
+    dst_ptr: cute.Pointer, dst_rows: Int32, dst_stride: Int32,
+    blocks: Int32,
+    src_idx_ptr: cute.Pointer, dst_idx_ptr: cute.Pointer,
+    n_ptr: cute.Pointer, max_rows: Int32,
+):
+    """``dst[di[i]] = bf16(e2m1(codes) * float32(e4m3 scale))`` for ``i < n``, one E4M3
+    scale per 16 elements (8 packed bytes): the NVFP4 A1 gather without the global scale
+    (exact: at most 6 significant bits; a NaN scale gives a NaN block)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    gdim, _, _ = cute.arch.grid_dim()
+    half = NVFP4_BLOCK // 2
+    m_src = cute.make_tensor(src_ptr, cute.make_layout(
+        (src_rows, blocks, half), stride=(cute.assume(src_stride, divby=half), half, 1)))
+    m_sc = cute.make_tensor(sc_ptr, cute.make_layout((src_rows, blocks), stride=(sc_stride, 1)))
+    m_dst = cute.make_tensor(dst_ptr, cute.make_layout(
+        (dst_rows, blocks, 2, 8), stride=(cute.assume(dst_stride, divby=8), NVFP4_BLOCK, 8, 1)))
+    m_si = cute.make_tensor(src_idx_ptr, cute.make_layout(max_rows))
+    m_di = cute.make_tensor(dst_idx_ptr, cute.make_layout(max_rows))
+    m_n = cute.make_tensor(n_ptr, cute.make_layout(1))
+    n = cutlass.min(cutlass.max(Int32(m_n[0]), Int32(0)), max_rows)
+    for i in range(bidx, n, gdim):
+        s = Int32(m_si[i])
+        d = Int32(m_di[i])
+        for w in range(tidx, blocks, THREADS):
+            raw = cute.make_rmem_tensor(cute.make_layout(half), Uint8)
+            raw.store(m_src[s, w, None].load())
+            scale = e4m3_to_float(Int32(m_sc[s, w]) & 0xFF)
+            for h in cutlass.range_constexpr(2):
+                wide = cute.make_rmem_tensor(cute.make_layout(8), BFloat16)
+                for j in cutlass.range_constexpr(4):
+                    byte = Int32(raw[4 * h + j]) & 0xFF
+                    wide[2 * j] = (e2m1_to_float(byte & 0xF) * scale).to(BFloat16)
+                    wide[2 * j + 1] = (e2m1_to_float(byte >> 4) * scale).to(BFloat16)
+                m_dst[d, w, h, None].store(wide.load())
+
+
+@cute.jit
+def widen_nvfp4_launch(
+    src_ptr: cute.Pointer, src_rows: Int32, src_stride: Int32,
+    sc_ptr: cute.Pointer, sc_stride: Int32,
+    dst_ptr: cute.Pointer, dst_rows: Int32, dst_stride: Int32,
+    blocks: Int32,
+    src_idx_ptr: cute.Pointer, dst_idx_ptr: cute.Pointer,
+    n_ptr: cute.Pointer, max_rows: Int32, grid: Int32,
+    stream: cuda.CUstream,
+):
+    _widen_nvfp4_kernel(
+        src_ptr, src_rows, src_stride, sc_ptr, sc_stride, dst_ptr, dst_rows, dst_stride,
+        blocks, src_idx_ptr, dst_idx_ptr, n_ptr, max_rows,
+    ).launch(grid=[grid, 1, 1], block=[THREADS, 1, 1], stream=stream)
+
+
 INDEX_TYPES = {"int32": Int32, "int64": Int64}
 
 
@@ -244,6 +316,24 @@ def compile_widen_mx(elem: str, index_dtype: str, count_dtype: str):
         _ptr(it, it.width // 8), _ptr(it, it.width // 8), _ptr(ct, ct.width // 8), i0, i0,
         cuda.CUstream(0),
     )
+
+
+def compile_widen_nvfp4(index_dtype: str, count_dtype: str):
+    """``cute.compile`` the NVFP4 dequantizing gather (runtime sizes and pointers)."""
+    it, ct = INDEX_TYPES[index_dtype], INDEX_TYPES[count_dtype]
+    i0 = Int32(0)
+    return cute.compile(
+        widen_nvfp4_launch,
+        _ptr(Uint8, 8), i0, i0, _ptr(Uint8, 1), i0,
+        _ptr(BFloat16, 16), i0, i0, i0,
+        _ptr(it, it.width // 8), _ptr(it, it.width // 8), _ptr(ct, ct.width // 8), i0, i0,
+        cuda.CUstream(0),
+    )
+
+
+@register_kernel("row_widen_nvfp4_i64_n32")
+def build_row_widen_nvfp4():
+    return compile_widen_nvfp4("int64", "int32")
 
 
 @register_kernel("row_widen_mxfp8_e4m3_i64_n32")

@@ -4,7 +4,9 @@
 - ``bf16``: bf16 ``w13 [E, 2I, H]`` (gate rows, then up rows) and ``w2 [E, H, I]``;
 - ``fp8_mxfp4``: float tensors (quantized to MXFP4 here, mode ``rceil``) or ``Mxfp4Matrix``;
 - ``mxfp8``: float tensors (quantized to MXFP8 E4M3 here, the config's scale mode) or
-  ``Mxfp8Matrix``.
+  ``Mxfp8Matrix``;
+- ``nvfp4``: float tensors (quantized to NVFP4 here, ``g = amax / (448 * 6)`` per expert) or
+  ``Nvfp4Matrix`` (E4M3 block scales, float32 ``global_scale [E]``).
 
 Prequantized scale bytes may be uint8 or ``float8_e8m0fnu`` with columns padded up to a
 multiple of 4; codes uint8 or ``float4_e2m1fn_x2``; MXFP8 payload ``float8_e4m3fn`` or
@@ -21,18 +23,25 @@ from megamoe.errors import ConfigError
 from megamoe.experts import api as _gemm
 from megamoe.experts.mxfp4 import Mxfp4Matrix, interleave_rows, quantize_mxfp4
 from megamoe.experts.mxfp8 import Mxfp8Matrix, quantize_mxfp8_weights
+from megamoe.experts.nvfp4 import Nvfp4Matrix, quantize_nvfp4_weights
 from megamoe.layer.config import LayerConfig
-from megamoe.staging.constants import MX_BLOCK, SCALE_COLUMN_MULTIPLE
+from megamoe.staging.constants import MX_BLOCK, NVFP4_BLOCK, SCALE_COLUMN_MULTIPLE
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-QUANTIZED = {"fp8_mxfp4": Mxfp4Matrix, "mxfp8": Mxfp8Matrix}
+QUANTIZED = {"fp8_mxfp4": Mxfp4Matrix, "mxfp8": Mxfp8Matrix, "nvfp4": Nvfp4Matrix}
 """The prequantized weight type of each quantized recipe."""
 _PAYLOAD = {  # recipe -> (field, accepted dtypes, last dim divisor)
     "fp8_mxfp4": ("codes", (torch.uint8, torch.float4_e2m1fn_x2), 2),
     "mxfp8": ("payload", (torch.uint8, torch.float8_e4m3fn), 1),
+    "nvfp4": ("codes", (torch.uint8, torch.float4_e2m1fn_x2), 2),
+}
+_SCALE = {  # recipe -> (accepted scale dtypes, elements per scale)
+    "fp8_mxfp4": ((torch.uint8, torch.float8_e8m0fnu), MX_BLOCK),
+    "mxfp8": ((torch.uint8, torch.float8_e8m0fnu), MX_BLOCK),
+    "nvfp4": ((torch.uint8, torch.float8_e4m3fn), NVFP4_BLOCK),
 }
 
-Weights = torch.Tensor | Mxfp4Matrix | Mxfp8Matrix
+Weights = torch.Tensor | Mxfp4Matrix | Mxfp8Matrix | Nvfp4Matrix
 
 
 def check_weights(config: LayerConfig, w13: object, w2: object) -> None:
@@ -57,7 +66,7 @@ def check_weights(config: LayerConfig, w13: object, w2: object) -> None:
             raise ConfigError(name, "finite float weights", "a non-finite value")
 
 
-def _check_prequantized(recipe: str, name: str, w: Mxfp4Matrix | Mxfp8Matrix,
+def _check_prequantized(recipe: str, name: str, w: Mxfp4Matrix | Mxfp8Matrix | Nvfp4Matrix,
                         shape: tuple[int, int, int]) -> None:
     e, n, k = shape
     field, dtypes, per_byte = _PAYLOAD[recipe]
@@ -67,12 +76,18 @@ def _check_prequantized(recipe: str, name: str, w: Mxfp4Matrix | Mxfp8Matrix,
                           getattr(payload, "dtype", type(payload).__name__))
     if tuple(payload.shape) != (e, n, k // per_byte):
         raise ConfigError(f"{name}.{field}.shape", (e, n, k // per_byte), tuple(payload.shape))
-    if not isinstance(scales, torch.Tensor) or scales.dtype not in (
-        torch.uint8, torch.float8_e8m0fnu
-    ):
-        raise ConfigError(f"{name}.scales", "uint8 or float8_e8m0fnu E8M0 bytes",
+    sdtypes, per_scale = _SCALE[recipe]
+    if not isinstance(scales, torch.Tensor) or scales.dtype not in sdtypes:
+        raise ConfigError(f"{name}.scales", " or ".join(map(str, sdtypes)),
                           getattr(scales, "dtype", type(scales).__name__))
-    cols = k // MX_BLOCK
+    if isinstance(w, Nvfp4Matrix):
+        g = w.global_scale
+        if not isinstance(g, torch.Tensor) or g.dtype != torch.float32 or tuple(g.shape) != (e,):
+            raise ConfigError(f"{name}.global_scale", f"float32 [{e}]",
+                              getattr(g, "shape", type(g).__name__))
+        if not bool((torch.isfinite(g) & (g > 0)).all()):
+            raise ConfigError(f"{name}.global_scale", "finite values > 0", "another value")
+    cols = k // per_scale
     padded = -(-cols // SCALE_COLUMN_MULTIPLE) * SCALE_COLUMN_MULTIPLE
     if scales.dim() != 3 or tuple(scales.shape[:2]) != (e, n) or scales.shape[2] not in (
         cols, padded
@@ -92,14 +107,20 @@ def prepare_weights(config: LayerConfig, w: Weights, k: int, device: torch.devic
     if recipe == "fp8_mxfp4":
         m = w if isinstance(w, Mxfp4Matrix) else quantize_mxfp4(w.to(device))
         payload = m.codes.to(device).view(torch.uint8)
+    elif recipe == "nvfp4":
+        m = w if isinstance(w, Nvfp4Matrix) else quantize_nvfp4_weights(w.to(device))
+        payload = m.codes.to(device).view(torch.uint8)
     else:
         m = w if isinstance(w, Mxfp8Matrix) else quantize_mxfp8_weights(w.to(device),
                                                                          config.mxfp8_mode)
         payload = m.payload.to(device).view(torch.uint8)
-    scales = m.scales.to(device).view(torch.uint8)[..., : k // MX_BLOCK]
+    scales = m.scales.to(device).view(torch.uint8)[..., : k // _SCALE[recipe][1]]
     if gate_up:
         payload, scales = interleave_rows(payload), interleave_rows(scales)
     payload, scales = payload.contiguous().clone(), scales.contiguous().clone()
     if recipe == "fp8_mxfp4":
         return Mxfp4Matrix(payload, scales)
+    if recipe == "nvfp4":
+        g = m.global_scale.to(device=device, dtype=torch.float32).contiguous().clone()
+        return Nvfp4Matrix(payload, scales.view(torch.float8_e4m3fn), g)
     return Mxfp8Matrix(payload.view(torch.float8_e4m3fn), scales)

@@ -323,3 +323,21 @@ def test_sanitizer_case_layer_small_mxfp8(cuda_device) -> None:
     report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids, "mxfp8")
     assert report.problems == (), report
     layer.destroy()
+
+
+@pytest.mark.sanitizer
+def test_sanitizer_case_layer_small_nvfp4(cuda_device) -> None:
+    """Designated small case of the nvfp4 layer (NVFP4 staging, layout, the NVFP4 gather,
+    both NVFP4 GEMMs with the per-row global scales, the A2 quantizer, combine) for the
+    compute-sanitizer suite."""
+    e, k, h, i, c = 4, 2, 128, 64, 8
+    w13, w2 = _weights(3, e, h, i)
+    cfg = LayerConfig(e, k, h, i, c, recipe="nvfp4", nvfp4_input_scale=0.3,
+                      nvfp4_a2_scale=0.02)
+    layer = MoELayer(cfg, w13, w2, cuda_device)
+    x, ids, w = _routes(23, 6, 0.3, cuda_device, e=e, k=k, h=h)
+    out = layer.warmup(x, ids, w)
+    assert set(layer.last_paths.values()) == KERNEL_PATHS
+    report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids, "nvfp4")
+    assert report.problems == (), report
+    layer.destroy()
