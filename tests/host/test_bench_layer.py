@@ -67,6 +67,7 @@ def test_declared_work_is_touched_weight_bytes_or_active_flops(tiny) -> None:  #
 
 @pytest.mark.parametrize(("name", "recipe", "bytes_per_32"), [
     ("layer-fp8-mxfp4", "fp8_mxfp4", 17), ("layer-mxfp8", "mxfp8", 33),
+    ("layer-nvfp4", "nvfp4", 18),
 ])
 def test_quantized_layer_benchmarks_check_their_layer_and_declare_their_bytes(
         tiny, name: str, recipe: str, bytes_per_32: int) -> None:  # type: ignore[no-untyped-def]

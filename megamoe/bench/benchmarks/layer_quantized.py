@@ -1,11 +1,11 @@
-"""``layer-fp8-mxfp4`` and ``layer-mxfp8``: the quantized MoE layers (issue 7) against stock
+"""``layer-fp8-mxfp4``, ``layer-mxfp8`` and ``layer-nvfp4``: the quantized MoE layers (issue 7) against stock
 PyTorch and the bf16 layer, with the weight-streaming floor and the FP8 tensor-core rate
 measured in the same run.
 
 Cases: those of ``layer`` (DeepSeek-like and gpt-oss-like shapes, T in {1, 4, 16, 64, 256,
 1024, 4096}, ``uniform`` and ``skewed`` routes). The weights are the ``layer`` benchmark's
-bf16 weights, quantized once per shape by the layer's own quantizer (MXFP4 ``rceil``, or
-MXFP8 E4M3 ``rceil``).
+bf16 weights, quantized once per shape by the layer's own quantizer (MXFP4 ``rceil``,
+MXFP8 E4M3 ``rceil``, or NVFP4 with a per-expert global scale).
 
 Arms (early weighting, no clamp):
 
@@ -57,9 +57,16 @@ def _mxfp8(w: torch.Tensor) -> object:
     return quantize_mxfp8_weights(w)
 
 
+def _nvfp4(w: torch.Tensor) -> object:
+    from megamoe.experts.nvfp4 import quantize_nvfp4_weights
+
+    return quantize_nvfp4_weights(w)
+
+
 RECIPES = (
     QuantizedRecipe("fp8_mxfp4", 0.5 + 1 / 32, _mxfp4, ("codes", "scales")),
     QuantizedRecipe("mxfp8", 1 + 1 / 32, _mxfp8, ("payload", "scales")),
+    QuantizedRecipe("nvfp4", 0.5 + 1 / 16, _nvfp4, ("codes", "scales")),
 )
 _MX: dict[tuple, tuple] = {}
 
@@ -110,7 +117,9 @@ def make_builder(q: QuantizedRecipe) -> Callable[[Case, BuildContext], Workload]
             ocfg = MoEConfig(q.recipe, s.experts, s.top_k, s.hidden, s.inter)
             pay, sc = q.fields
             ew = ExpertWeights(q.recipe, getattr(w13, pay), getattr(w2, pay),
-                               getattr(w13, sc), getattr(w2, sc))
+                               getattr(w13, sc), getattr(w2, sc),
+                               getattr(w13, "global_scale", None),
+                               getattr(w2, "global_scale", None))
             want = moe_forward(x[:n], ids[:n], w[:n], ew, ocfg)
             got = layer.forward(x, ids, w)[:n]
             report = compare_rows(got, want, ids[:n], q.recipe)
