@@ -131,7 +131,7 @@ def test_row_bits_do_not_depend_on_other_rows_or_tile_position(cuda_device) -> N
     case2 = make_mxfp4_case("plain", [131], k, n, seed=35, device=cuda_device)
     case2["b"], case2["a"][100] = case["b"], row
     case2["pre"][100], case2["scale"][100] = case["pre"][7], case["scale"][7]
-    case2["a"][120:] = float("nan")  # padding rows hold NaN; they are never stored
+    case2["a"][120:] = float("nan")  # other rows (live 120..130, padding beyond) hold NaN
     _run(case2, "plain", None)
     assert same_bits(case2["out"][100], ref)
 
