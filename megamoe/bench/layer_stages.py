@@ -1,8 +1,9 @@
 """Per-stage times of the MoE layer (issue 7): ``python -m megamoe.bench.layer_stages``.
 
-For each case (the ``layer`` benchmark's DeepSeek-like shape, uniform and skewed routes) the
-layer is warmed up, one eager forward fills its workspace, then each stage of
-``MoELayer.stage_plan`` (stage, layout, gather, fc1, fc2, scatter, combine) and the whole
+For each case (a ``layer`` benchmark shape, ``--shape``, DeepSeek-like by default; uniform
+and skewed routes; the recipe ``--recipe``, whose layer quantizes the benchmark's bf16
+weights itself) the layer is warmed up, one eager forward fills its workspace, then each stage of
+``MoELayer.stage_plan`` (stage, layout, gather, fc1, [a2,] fc2, scatter, combine) and the whole
 forward are captured alone into a CUDA graph of ``calls`` launches and replayed ``samples``
 times; a sample is one replay's CUDA-event time divided by ``calls``; the median is
 reported (warm L2: the same buffers every call). Replaying one stage repeats the same work:
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from megamoe.bench.benchmarks.layer import DEEPSEEK, ROUTES, TOKENS, _inputs, _weights
+from megamoe.bench.benchmarks.layer import ROUTES, SHAPES, TOKENS, _inputs, _weights
 from megamoe.bench.registry import BuildContext, Case
 
 
@@ -51,20 +52,23 @@ def _time_graph(fn: Callable[[], object], calls: int, samples: int) -> float:
     return statistics.median(times)
 
 
-def profile_case(tokens: int, routes: str, calls: int, samples: int) -> dict[str, object]:
+def profile_case(tokens: int, routes: str, calls: int, samples: int, recipe: str = "bf16",
+                 shape: str = "deepseek") -> dict[str, object]:
     from megamoe.layer import LayerConfig, MoELayer
 
     dev = torch.device("cuda", torch.cuda.current_device())
-    s = DEEPSEEK
+    s = SHAPES[shape]
     case = Case(f"{s.name}-{routes}-T{tokens}", {"tokens": tokens}, scenario=routes, seed=17)
     ctx = BuildContext(dev, 0, 1, seed=17)
     w13, w2 = _weights(s, dev)
-    layer = MoELayer(LayerConfig(s.experts, s.top_k, s.hidden, s.inter, tokens), w13, w2, dev)
+    cfg = LayerConfig(s.experts, s.top_k, s.hidden, s.inter, tokens, recipe=recipe)
+    layer = MoELayer(cfg, w13, w2, dev)
     x, ids, w = _inputs(case, ctx)
     out = torch.empty(tokens, s.hidden, dtype=torch.bfloat16, device=dev)
     layer.warmup(x, ids, w)
     layer.forward(x, ids, w, out=out)
-    result: dict[str, object] = {"case": case.name, "tokens": tokens, "routes": routes}
+    result: dict[str, object] = {"case": f"{recipe} {case.name}", "tokens": tokens,
+                                 "routes": routes, "recipe": recipe}
     stages = {}
     for name, run in layer.stage_plan(x, ids, w, None, out):
         stages[name] = _time_graph(run, calls, samples)
@@ -91,9 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--routes", nargs="+", default=list(ROUTES), choices=ROUTES)
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--recipe", default="bf16", help="a recipe the layer runs")
+    ap.add_argument("--shape", default="deepseek", choices=sorted(SHAPES))
     ap.add_argument("--output-dir", type=Path, default=Path("out/bench/layer_stages"))
     args = ap.parse_args(argv)
-    results = [profile_case(t, r, args.calls, args.samples)
+    results = [profile_case(t, r, args.calls, args.samples, args.recipe, args.shape)
                for r in args.routes for t in args.tokens]
     args.output_dir.mkdir(parents=True, exist_ok=True)
     (args.output_dir / "layer_stages.json").write_text(json.dumps(results, indent=1))

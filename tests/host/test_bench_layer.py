@@ -85,3 +85,15 @@ def test_quantized_layer_benchmarks_check_their_layer_and_declare_their_bytes(
     big = build(_case("uniform", 70), CTX)
     assert big.ceiling == "fp8_mm" and big.flops > 0
     qb._MX.clear()
+
+
+def test_layer_stages_table_lists_every_stage_of_the_plan_in_order() -> None:
+    from megamoe.bench.layer_stages import render
+
+    rows = [{"case": "fp8_mxfp4 deepseek-uniform-T1",
+             "median_s": {"stage": 2e-6, "layout": 5e-5, "fc1": 1e-4, "a2": 3e-6,
+                          "forward": 2e-4}}]
+    table = render(rows).splitlines()
+    assert table[0] == ("| case | stage (us) | layout (us) | fc1 (us) | a2 (us) | "
+                        "forward (us) |")
+    assert table[2] == "| fp8_mxfp4 deepseek-uniform-T1 | 2.0 | 50.0 | 100.0 | 3.0 | 200.0 |"
