@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from megamoe.experts.api import PRE_LANES, capacity_rows, padded_segment_starts
+from megamoe.experts.api import PRE_LANES
 from megamoe.experts.mxfp4 import Mxfp4Matrix, interleave_rows
 from megamoe.experts.mxfp8 import Mxfp8Matrix
 from megamoe.experts.nvfp4 import Nvfp4Matrix, quantize_nvfp4_weights
 from oracle.formats import quantize_mxfp4, quantize_mxfp8
+from tests.host.test_grouped_gemm_host import grouped_rows
 
 __all__ = ["make_mxfp4_case"]
 
@@ -24,10 +25,7 @@ def make_mxfp4_case(mode: str, counts: list[int], k: int, n: int, *, seed: int,
     a per-row ``pre`` scale wire ``[M_cap, 4]`` and score ``scale``."""
     gen = torch.Generator().manual_seed(seed)
     e = len(counts)
-    cnt = torch.tensor(counts, dtype=torch.int32)
-    seg = padded_segment_starts(cnt)
-    m_cap = capacity_rows(sum(counts), e)
-    a = torch.randn(m_cap, k, generator=gen).to(torch.bfloat16)
+    cnt, seg, m_cap, a = grouped_rows(counts, k, gen)
     mag = torch.exp2(torch.linspace(-spread, spread, n)).view(1, n, 1)
     w = torch.randn(e, n, k, generator=gen) * mag / k**0.5
     extra: tuple = ()

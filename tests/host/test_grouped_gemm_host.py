@@ -93,16 +93,22 @@ def oracle_rows(a: torch.Tensor, w: torch.Tensor, mode: str, scale: torch.Tensor
     return h
 
 
+def grouped_rows(counts: list[int], k: int, gen: torch.Generator):
+    """``(counts int32, padded segment starts, M_cap, a bf16 [M_cap, K])``: the grouped
+    layout of the GEMM tests, ``a`` random (padding rows included) from ``gen``."""
+    cnt = torch.tensor(counts, dtype=torch.int32)
+    m_cap = capacity_rows(sum(counts), len(counts))
+    a = torch.randn(m_cap, k, generator=gen).to(torch.bfloat16)
+    return cnt, padded_segment_starts(cnt), m_cap, a
+
+
 def make_case(mode: str, counts: list[int], k: int, n: int, *, seed: int, scale: bool,
               device: str | torch.device = "cpu"):
     """Random inputs in the grouped layout: a [M_cap, K] with poison-free garbage in padding
     rows, canonical weights w [E, N, K] and the kernel operand b (interleaved for swiglu)."""
     gen = torch.Generator().manual_seed(seed)
     e = len(counts)
-    cnt = torch.tensor(counts, dtype=torch.int32)
-    seg = padded_segment_starts(cnt)
-    m_cap = capacity_rows(sum(counts), e)
-    a = torch.randn(m_cap, k, generator=gen).to(torch.bfloat16)
+    cnt, seg, m_cap, a = grouped_rows(counts, k, gen)
     w = (torch.randn(e, n, k, generator=gen) / k**0.5).to(torch.bfloat16)
     b = interleave_gate_up(w) if mode == "swiglu" else w.clone()
     rs = (torch.rand(m_cap, generator=gen) + 0.5) if scale else None

@@ -164,13 +164,9 @@ def test_changing_route_scenarios_replay_on_one_graph(cuda_device, recipe) -> No
     assert torch.equal(first_bits["restored"], first_bits[RESTORED_FROM])
 
 
-@pytest.mark.parametrize("recipe", LAYER_RECIPES)
-def test_bad_routes_under_a_graph_give_nan_rows_and_check_errors_raises(cuda_device,
-                                                                        recipe) -> None:
-    layer = _layer(cuda_device, recipe=recipe)
-    x, ids, w = _routes(21, 16, 0.0, cuda_device)
-    layer.warmup(x, ids, w)
-    out = torch.zeros(16, H, dtype=torch.bfloat16, device=cuda_device)
+def _capture_clean(layer: MoELayer, x, ids, w, out):  # type: ignore[no-untyped-def]
+    """Capture one forward into ``out``, replay it on clean inputs, check that no error was
+    recorded; returns the graph and the clean output."""
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     with torch.cuda.graph(graph):
@@ -178,14 +174,29 @@ def test_bad_routes_under_a_graph_give_nan_rows_and_check_errors_raises(cuda_dev
     graph.replay()
     torch.cuda.synchronize()
     layer.check_errors()  # clean so far
-    clean = out.clone()
-    ids[5, 1] = E + 3  # out of range
-    first = find_route_violations(ids.cpu(), w.cpu(), E)[0]
+    return graph, out.clone()
+
+
+def _replay_makes_only_row_nan(graph, out: torch.Tensor, clean: torch.Tensor,
+                               row: int) -> None:  # type: ignore[no-untyped-def]
     graph.replay()
     torch.cuda.synchronize()
-    assert bool(out[5].isnan().all()), "the bad row's output must be NaN"
-    keep = torch.arange(16) != 5
+    assert bool(out[row].isnan().all()), "the bad row's output must be NaN"
+    keep = torch.arange(out.shape[0]) != row
     assert torch.equal(_bits(out[keep]), _bits(clean[keep]))
+
+
+@pytest.mark.parametrize("recipe", LAYER_RECIPES)
+def test_bad_routes_under_a_graph_give_nan_rows_and_check_errors_raises(cuda_device,
+                                                                        recipe) -> None:
+    layer = _layer(cuda_device, recipe=recipe)
+    x, ids, w = _routes(21, 16, 0.0, cuda_device)
+    layer.warmup(x, ids, w)
+    out = torch.zeros(16, H, dtype=torch.bfloat16, device=cuda_device)
+    graph, clean = _capture_clean(layer, x, ids, w, out)
+    ids[5, 1] = E + 3  # out of range
+    first = find_route_violations(ids.cpu(), w.cpu(), E)[0]
+    _replay_makes_only_row_nan(graph, out, clean, 5)
     with pytest.raises(RouteError) as err:
         layer.check_errors()
     assert (err.value.row, err.value.slot, err.value.rule) == (first.row, first.slot, first.rule)
@@ -220,20 +231,9 @@ def test_fp8_mxfp4_non_finite_hidden_row_is_a_route_error_eager_and_under_graphs
     with pytest.raises(RouteError, match="non_finite_input"):
         layer.forward(bad, ids, w, out=out)
     assert bool((out == 3.0).all())
-    graph = torch.cuda.CUDAGraph()
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        layer.forward(x, ids, w, out=out)
-    graph.replay()
-    torch.cuda.synchronize()
-    layer.check_errors()
-    clean = out.clone()
+    graph, clean = _capture_clean(layer, x, ids, w, out)
     x[4, 17] = float("nan")
-    graph.replay()
-    torch.cuda.synchronize()
-    assert bool(out[4].isnan().all())
-    keep = torch.arange(12) != 4
-    assert torch.equal(_bits(out[keep]), _bits(clean[keep]))
+    _replay_makes_only_row_nan(graph, out, clean, 4)
     with pytest.raises(RouteError, match="non_finite_input"):
         layer.check_errors()
 
@@ -266,32 +266,21 @@ def test_fp8_mxfp4_tiny_values_stay_finite_non_zero_and_within_the_bound(
 
 
 @pytest.mark.sanitizer
-def test_sanitizer_case_layer_small(cuda_device) -> None:
-    """Designated small case of the whole layer (staging, layout, permute, both grouped
-    GEMMs, combine) for the compute-sanitizer suite."""
+@pytest.mark.parametrize("recipe", LAYER_RECIPES)
+def test_sanitizer_case_layer_small(cuda_device, recipe) -> None:
+    """Designated small case of the whole layer, per recipe, for the compute-sanitizer
+    suite: staging, layout, the gather (widening for fp8_mxfp4), both grouped GEMMs (MXFP4
+    weights decoded in the mainloop for fp8_mxfp4), the A2 quantizer where the recipe has
+    one, scatter and combine."""
     e, k, h, i, c = 4, 2, 128, 64, 8
     w13, w2 = _weights(3, e, h, i)
-    layer = MoELayer(LayerConfig(e, k, h, i, c), w13, w2, cuda_device)
+    cfg = LayerConfig(e, k, h, i, c, recipe=recipe, nvfp4_input_scale=0.3,
+                      nvfp4_a2_scale=0.02)  # the nvfp4 global scales: not 1.0
+    layer = MoELayer(cfg, w13, w2, cuda_device)
     x, ids, w = _routes(23, 6, 0.3, cuda_device, e=e, k=k, h=h)
     out = layer.warmup(x, ids, w)
     assert set(layer.last_paths.values()) == KERNEL_PATHS
-    report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids, "bf16")
-    assert report.problems == (), report
-    layer.destroy()
-
-
-@pytest.mark.sanitizer
-def test_sanitizer_case_layer_small_fp8_mxfp4(cuda_device) -> None:
-    """Designated small case of the fp8_mxfp4 layer (safe-FP8 staging, layout, widening
-    gather, both MXFP4 GEMMs, the A2 quantizer, combine) for the compute-sanitizer suite."""
-    e, k, h, i, c = 4, 2, 128, 64, 8
-    w13, w2 = _weights(3, e, h, i)
-    layer = MoELayer(LayerConfig(e, k, h, i, c, recipe="fp8_mxfp4"), w13, w2, cuda_device)
-    x, ids, w = _routes(23, 6, 0.3, cuda_device, e=e, k=k, h=h)
-    out = layer.warmup(x, ids, w)
-    assert set(layer.last_paths.values()) == KERNEL_PATHS
-    report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids,
-                          "fp8_mxfp4")
+    report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids, recipe)
     assert report.problems == (), report
     layer.destroy()
 
@@ -309,35 +298,3 @@ def test_mxfp8_other_element_and_scale_modes_meet_the_oracle(cuda_device, elem, 
     assert report.problems == (), report
     layer.destroy()
 
-
-@pytest.mark.sanitizer
-def test_sanitizer_case_layer_small_mxfp8(cuda_device) -> None:
-    """Designated small case of the mxfp8 layer (MXFP8 staging, layout, the MXFP8 gather,
-    both MXFP8 GEMMs, the A2 quantizer, combine) for the compute-sanitizer suite."""
-    e, k, h, i, c = 4, 2, 128, 64, 8
-    w13, w2 = _weights(3, e, h, i)
-    layer = MoELayer(LayerConfig(e, k, h, i, c, recipe="mxfp8"), w13, w2, cuda_device)
-    x, ids, w = _routes(23, 6, 0.3, cuda_device, e=e, k=k, h=h)
-    out = layer.warmup(x, ids, w)
-    assert set(layer.last_paths.values()) == KERNEL_PATHS
-    report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids, "mxfp8")
-    assert report.problems == (), report
-    layer.destroy()
-
-
-@pytest.mark.sanitizer
-def test_sanitizer_case_layer_small_nvfp4(cuda_device) -> None:
-    """Designated small case of the nvfp4 layer (NVFP4 staging, layout, the NVFP4 gather,
-    both NVFP4 GEMMs with the per-row global scales, the A2 quantizer, combine) for the
-    compute-sanitizer suite."""
-    e, k, h, i, c = 4, 2, 128, 64, 8
-    w13, w2 = _weights(3, e, h, i)
-    cfg = LayerConfig(e, k, h, i, c, recipe="nvfp4", nvfp4_input_scale=0.3,
-                      nvfp4_a2_scale=0.02)
-    layer = MoELayer(cfg, w13, w2, cuda_device)
-    x, ids, w = _routes(23, 6, 0.3, cuda_device, e=e, k=k, h=h)
-    out = layer.warmup(x, ids, w)
-    assert set(layer.last_paths.values()) == KERNEL_PATHS
-    report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids, "nvfp4")
-    assert report.problems == (), report
-    layer.destroy()
