@@ -132,6 +132,29 @@ def e5m2_to_float(byte: Int32) -> Float32:
     return Float32(cutlass.select_((byte & 0x80) != Int32(0), -v, v))
 
 
+
+E8M0_NAN_BYTE = 0xFF
+
+
+@cute.jit
+def e8m0_to_float(byte: Int32) -> Float32:
+    """The float32 value of one E8M0 scale byte (CONTRACTS.md s4): ``2**(byte - 127)``
+    (byte 0: the subnormal ``2**-127``), byte 0xFF NaN. ``byte`` must be 0..255 (mask a
+    widened Uint8 load with ``& 0xFF``: it sign-extends)."""
+    bits = Int32(cutlass.select_(byte == Int32(0), Int32(0x00400000), byte << 23))
+    return i2f(Int32(cutlass.select_(byte == Int32(E8M0_NAN_BYTE), Int32(0x7FC00000), bits)))
+
+
+@cute.jit
+def e2m1_to_float(code: Int32) -> Float32:
+    """The exact float32 value of one E2M1 code (bit 3 the sign; CONTRACTS.md s4):
+    magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6."""
+    m = code & 7
+    ex = (m >> 1) & 3
+    twice = Int32(cutlass.select_(ex == Int32(0), m & 1, ((m & 1) + 2) << (ex - 1)))
+    v = Float32(twice) * Float32(0.5)
+    return Float32(cutlass.select_((code & 8) != Int32(0), -v, v))
+
 def make_mx_exponent(elem: str, mode: str):
     """``(e, byte)`` of one MXFP8 block from the bits of its float32 ``amax`` (CONTRACTS.md
     s4): ``rceil`` ``e = ceil(log2(amax / fmax))`` (one float32 division), ``floor`` ``e =
