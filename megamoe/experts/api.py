@@ -432,9 +432,11 @@ def grouped_gemm(
         grouped_gemm_torch(a, b, seg_start, counts, out, mode=mode, row_scale=row_scale,
                            clamp=clamp, pre_scale=pre_scale)
         return PATH_TORCH
-    for name, t in (("a", a), ("b", _b_tensors(b)[0])):
+    b_parts = _b_tensors(b)
+    for name, t in (("a", a), ("b", b_parts[0]), ("b.scales", b_parts[-1])):
         if t.data_ptr() % 16:
-            raise ConfigError(f"{name}.data_ptr()", "16-byte aligned (TMA)", t.data_ptr())
+            raise ConfigError(f"{name}.data_ptr()", "16-byte aligned (TMA, vector loads)",
+                              t.data_ptr())
     out_f32 = out.dtype == torch.float32
     compiled = _compiled(mode, n, k, a.device, cfg, weights, out_f32)
     if m_cap == 0:
@@ -452,7 +454,7 @@ def grouped_gemm(
     if weights != "bf16":
         payload, scales = _b_tensors(b)
         compiled(
-            _ptr(BFloat16, a, 16), _ptr(Uint8, payload, 16), _ptr(Uint8, scales, 1),
+            _ptr(BFloat16, a, 16), _ptr(Uint8, payload, 16), _ptr(Uint8, scales, 16),
             out_ptr, _ptr(Int32, seg_start, 4), _ptr(Int32, counts, 4),
             _ptr(Float32, scale, 4), _ptr(Float32, pre, 4), m_cap, e, *flags, clamp_v, stream,
         )

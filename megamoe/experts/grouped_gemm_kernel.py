@@ -116,9 +116,21 @@ def default_config(n: int) -> KernelConfig:
     raise ValueError(f"N: expected a multiple of {TILE_N}, got {n}")
 
 
+@cute.jit
+def live_m_tiles(m_cap: Int32, seg_ptr: cute.Pointer, num_experts: Int32) -> Int32:
+    """The M tiles that can hold a live row: ``ceil(min(seg_start[E], M_cap) / TILE_M)``.
+    Segments are nondecreasing and end at ``seg_start[E]`` (the API's contract), so every
+    tile past these is dead: the kernels schedule only ``live_m_tiles * n_tiles`` tiles, and
+    a decode-size batch does not pay for the padding ``capacity_rows`` reserves."""
+    seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
+    end = cutlass.min(cutlass.max(seg[num_experts], Int32(0)), m_cap)
+    return (end + (TILE_M - 1)) // TILE_M
+
+
 def make_locate(n_tiles: int):
-    """``locate(tile, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live, live_end)``
-    for a grid of ``n_tiles`` column tiles (shared by every variant of the grouped GEMM).
+    """``locate(tile, m_tiles, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live,
+    live_end)`` for tiles ``0 .. m_tiles * n_tiles - 1`` (``m_tiles``: ``live_m_tiles``) of
+    ``n_tiles`` column tiles (shared by every variant of the grouped GEMM).
 
     Raster: ``GROUP_M`` consecutive M tiles per N tile (a wave shares A and B in L2).
     Expert: ``e = #{j in [1, E) : seg_start[j] <= row0}``, counted over the lanes of the
@@ -126,9 +138,8 @@ def make_locate(n_tiles: int):
     """
 
     @cute.jit
-    def locate(tile: Int32, m_cap: Int32, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-               num_experts: Int32):
-        m_tiles = (m_cap + (TILE_M - 1)) // TILE_M
+    def locate(tile: Int32, m_tiles: Int32, m_cap: Int32, seg_ptr: cute.Pointer,
+               cnt_ptr: cute.Pointer, num_experts: Int32):
         group = tile // (GROUP_M * n_tiles)
         first_m = group * GROUP_M
         group_size = cutlass.min(m_tiles - first_m, Int32(GROUP_M))
@@ -241,7 +252,12 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        pid_m, pid_n, e, row0, live, live_end = locate(bid, m_cap, seg_ptr, cnt_ptr, num_experts)
+        m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts)
+        live = bid < m_tiles * n_tiles  # later CTAs hold padding tiles only: exit at once
+        pid_m, pid_n, e, row0, live_end = bid, bid, Int32(0), Int32(0), Int32(0)
+        if live:
+            pid_m, pid_n, e, row0, live, live_end = locate(bid, m_tiles, m_cap, seg_ptr,
+                                                           cnt_ptr, num_experts)
 
         if live:
             if warp_idx == 0:
@@ -353,7 +369,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         bid, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        total = (m_cap + (TILE_M - 1)) // TILE_M * n_tiles
+        m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts)
+        total = m_tiles * n_tiles
         if warp_idx == 0:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
@@ -379,7 +396,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                 tile = bid
                 while tile < total:
                     pid_m, pid_n, e, row0, live, live_end = locate(
-                        tile, m_cap, seg_ptr, cnt_ptr, num_experts
+                        tile, m_tiles, m_cap, seg_ptr, cnt_ptr, num_experts
                     )
                     if live:
                         g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
@@ -422,7 +439,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             tile = bid
             while tile < total:
                 pid_m, pid_n, e, row0, live, live_end = locate(
-                    tile, m_cap, seg_ptr, cnt_ptr, num_experts
+                    tile, m_tiles, m_cap, seg_ptr, cnt_ptr, num_experts
                 )
                 if live:
                     acc.fill(0.0)

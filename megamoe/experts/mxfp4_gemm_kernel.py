@@ -34,6 +34,8 @@ row, its pre-scale and score, and ``b[e]`` (the invariance contract, CONTRACTS.m
 
 # no `from __future__ import annotations`: cute.struct reads its annotations as objects
 
+import math
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -51,6 +53,7 @@ from megamoe.experts.grouped_gemm_kernel import (
     TILE_M,
     KernelConfig,
     _fake_ptr,
+    live_m_tiles,
     make_locate,
     make_store,
 )
@@ -125,6 +128,11 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     # chunk c uses block (first block) + c * CHUNK // sblock
     thread_blocks = max(1, chunks_per_thread * CHUNK // sblock)
     table = VALUE_TABLE[weights]
+    # the tile's scale bytes are one contiguous run (module docstring), copied in vectors of
+    # scale_vec bytes (16 unless the run or an expert's block of scale bytes is not a
+    # multiple of 16; the API checks the scale tensor is 16-byte aligned)
+    scale_vec = math.gcd(16, tile_n * k_scales, n * k_scales)
+    run_vecs = tile_n * k_scales // scale_vec
     locate = make_locate(n_tiles)
     store = make_store(swiglu, n_out, out_f32)
 
@@ -202,7 +210,12 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        pid_m, pid_n, e, row0, live, live_end = locate(bid, m_cap, seg_ptr, cnt_ptr, num_experts)
+        m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts)
+        live = bid < m_tiles * n_tiles  # later CTAs hold padding tiles only: exit at once
+        pid_m, pid_n, e, row0, live_end = bid, bid, Int32(0), Int32(0), Int32(0)
+        if live:
+            pid_m, pid_n, e, row0, live, live_end = locate(bid, m_tiles, m_cap, seg_ptr,
+                                                           cnt_ptr, num_experts)
 
         if live:
             if warp_idx == 0:
@@ -242,12 +255,13 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             )
 
             # this tile's scale bytes: rows [pid_n * tile_n, +tile_n) of expert e, all of K
-            m_ws = cute.make_tensor(
-                wscale_ptr, cute.make_layout((n * k_scales, num_experts), stride=(1, n * k_scales))
-            )
-            base = pid_n * (tile_n * k_scales)
-            for idx in cutlass.range(tidx, tile_n * k_scales, THREADS, unroll=4):
-                s_s[idx // k_scales, idx % k_scales] = m_ws[base + idx, e]
+            m_wsv = cute.make_tensor(wscale_ptr, cute.make_layout(
+                (scale_vec, n * k_scales // scale_vec, num_experts),
+                stride=(1, scale_vec, n * k_scales)))
+            s_sv = cute.make_tensor(storage.ss.data_ptr(),
+                                    cute.make_layout((scale_vec, run_vecs), stride=(1, scale_vec)))
+            for v in cutlass.range(tidx, run_vecs, THREADS, unroll=1):
+                s_sv[None, v].store(m_wsv[None, pid_n * run_vecs + v, e].load())
 
             g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
             g_q = cute.local_tile(m_q, (tile_n, row_bytes), (pid_n, None, e))
@@ -379,7 +393,7 @@ def compile_mx_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
         raise ValueError(f"N, K: expected multiples of ({cfg.tile_n}, {TILE_K}), got ({n}, {k})")
     if ptrs is None:
         ptrs = (
-            _fake_ptr(BFloat16, 16), _fake_ptr(Uint8, 16), _fake_ptr(Uint8, 1),
+            _fake_ptr(BFloat16, 16), _fake_ptr(Uint8, 16), _fake_ptr(Uint8, 16),
             _fake_ptr(Float32 if out_f32 else BFloat16, 4 if out_f32 else 2),
             _fake_ptr(Int32, 4), _fake_ptr(Int32, 4), _fake_ptr(Float32, 4),
             _fake_ptr(Float32, 16),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from megamoe.errors import ConfigError
+from megamoe.layer.constants import BF16_NAN
 from megamoe.staging.compile_cache import CompileDuringCaptureError
 from megamoe.staging.torch_path import (
     pow2_f32,
@@ -29,8 +30,6 @@ MAX_BLOCKS = 1024  # = a2_quant_kernel.MAX_BLOCKS
 PATH_KERNEL = "kernel"
 PATH_TORCH = "torch"
 _CACHE: dict[str, object] = {}
-_BF16_NAN = torch.tensor(0x7FC0, dtype=torch.int16).view(torch.bfloat16)
-"""The one NaN the kernel writes into A2 (a non-finite row), on both paths."""
 
 
 def _check(act, a2, d, seg_start, counts) -> None:
@@ -57,6 +56,56 @@ def _check(act, a2, d, seg_start, counts) -> None:
     devs = {t.device for t in (act, a2, d, seg_start, counts)}
     if len(devs) != 1:
         raise ConfigError("device", "every tensor on one device", sorted(map(str, devs)))
+
+
+def _check_blocked(act, a2, seg_start, counts, block: int) -> None:
+    """``_check`` for the block-scaled quantizers (no ``d``), and ``I % block == 0``."""
+    d_dummy = torch.empty(act.shape[0] if isinstance(act, torch.Tensor) else 0, LANES,
+                          dtype=torch.float32, device=getattr(act, "device", "cpu"))
+    _check(act, a2, d_dummy, seg_start, counts)
+    if act.shape[1] % block:
+        raise ConfigError("act.shape[1]", f"a multiple of {block}", act.shape[1])
+
+
+def _live_segments(act: torch.Tensor, seg_start: torch.Tensor, counts: torch.Tensor):
+    """Torch paths: the ``(lo, hi)`` row range of each expert's live rows, empty ones left
+    out (``lo = max(seg_start[e], 0)``, ``hi = min(lo + max(counts[e], 0), seg_start[e + 1],
+    M_cap)``; syncs on the counts)."""
+    starts = seg_start.tolist()
+    m_cap = act.shape[0]
+    for e, n in enumerate(counts.tolist()):
+        lo = max(starts[e], 0)
+        hi = min(lo + max(n, 0), starts[e + 1], m_cap)
+        if hi > lo:
+            yield lo, hi
+
+
+def _launch(kind: str, act: torch.Tensor, outs: tuple, seg_start: torch.Tensor,
+            counts: torch.Tensor, extra: tuple = ()) -> str:
+    """Run the compiled quantizer ``kind``: ``(act, *outs, seg_start, counts, M_cap, I, E,
+    *extra, blocks, stream)``, each of ``outs`` a ``(tensor, cutlass element type name,
+    pointer alignment)``."""
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+
+    compiled = _compiled(act.device, kind)
+    m_cap, cols = act.shape
+    if m_cap == 0:
+        return PATH_KERNEL
+    gm = cute.AddressSpace.gmem
+
+    def ptr(t: torch.Tensor, ty: str, align: int):
+        return make_ptr(getattr(cutlass, ty), t.data_ptr(), gm, assumed_align=align)
+
+    stream = cuda.CUstream(torch.cuda.current_stream(act.device).cuda_stream)
+    compiled(
+        ptr(act, "Float32", 16), *(ptr(*o) for o in outs), ptr(seg_start, "Int32", 4),
+        ptr(counts, "Int32", 4), m_cap, cols, counts.numel(), *extra,
+        min(m_cap, MAX_BLOCKS), stream,
+    )
+    return PATH_KERNEL
 
 
 def _compiled(device: torch.device, kind: str = "safe_fp8"):
@@ -97,17 +146,10 @@ def warmup(device: torch.device | str, mxfp8: tuple[str, str] | None = None,
 
 def quantize_a2_torch(act, a2, d, seg_start, counts) -> None:
     """The Torch path (module docstring); syncs on the counts."""
-    starts = seg_start.tolist()
-    cnts = counts.tolist()
-    m_cap = act.shape[0]
-    for e, n in enumerate(cnts):
-        lo = max(starts[e], 0)
-        hi = min(lo + max(n, 0), starts[e + 1], m_cap)
-        if hi <= lo:
-            continue
+    for lo, hi in _live_segments(act, seg_start, counts):
         payload, dd, _ = quantize_safe_fp8(act[lo:hi])
         vals = payload.to(torch.bfloat16)
-        a2[lo:hi] = torch.where(vals.isnan(), _BF16_NAN.to(vals.device), vals)
+        a2[lo:hi] = torch.where(vals.isnan(), BF16_NAN.to(vals.device), vals)
         d[lo:hi] = dd.unsqueeze(1).expand(hi - lo, LANES)
 
 
@@ -118,28 +160,7 @@ def quantize_a2_safe_fp8(act: torch.Tensor, a2: torch.Tensor, d: torch.Tensor,
     if act.device.type != "cuda":
         quantize_a2_torch(act, a2, d, seg_start, counts)
         return PATH_TORCH
-    import cuda.bindings.driver as cuda
-    import cutlass
-    import cutlass.cute as cute
-    from cutlass.cute.runtime import make_ptr
-
-    compiled = _compiled(act.device)
-    m_cap, cols = act.shape
-    if m_cap == 0:
-        return PATH_KERNEL
-    gm = cute.AddressSpace.gmem
-
-    def ptr(ty, t: torch.Tensor, align: int):
-        return make_ptr(ty, t.data_ptr(), gm, assumed_align=align)
-
-    stream = cuda.CUstream(torch.cuda.current_stream(act.device).cuda_stream)
-    compiled(
-        ptr(cutlass.Float32, act, 16), ptr(cutlass.Int16, a2, 8),
-        ptr(cutlass.Float32, d, 16), ptr(cutlass.Int32, seg_start, 4),
-        ptr(cutlass.Int32, counts, 4), m_cap, cols, counts.numel(),
-        min(m_cap, MAX_BLOCKS), stream,
-    )
-    return PATH_KERNEL
+    return _launch("safe_fp8", act, ((a2, "Int16", 8), (d, "Float32", 16)), seg_start, counts)
 
 
 MX_BLOCK = 32  # = a2_quant_kernel.MX_BLOCK
@@ -149,13 +170,7 @@ MX_MODES = ("rceil", "floor")
 
 def quantize_a2_mxfp8_torch(act, a2, seg_start, counts, elem: str, mode: str) -> None:
     """The Torch path of ``quantize_a2_mxfp8`` (syncs on the counts)."""
-    starts = seg_start.tolist()
-    m_cap = act.shape[0]
-    for e, n in enumerate(counts.tolist()):
-        lo = max(starts[e], 0)
-        hi = min(lo + max(n, 0), starts[e + 1], m_cap)
-        if hi <= lo:
-            continue
+    for lo, hi in _live_segments(act, seg_start, counts):
         payload, sbytes = quantize_mxfp8(act[lo:hi], elem, mode)
         b = sbytes.to(torch.int32)
         sc = torch.where(b == 0xFF, torch.full(b.shape, float("nan"), device=b.device),
@@ -175,33 +190,12 @@ def quantize_a2_mxfp8(act: torch.Tensor, a2: torch.Tensor, seg_start: torch.Tens
         raise ConfigError("elem", f"one of {MX_ELEMS}", repr(elem))
     if mode not in MX_MODES:
         raise ConfigError("mode", f"one of {MX_MODES}", repr(mode))
-    d_dummy = torch.empty(act.shape[0] if isinstance(act, torch.Tensor) else 0, LANES,
-                          dtype=torch.float32, device=getattr(act, "device", "cpu"))
-    _check(act, a2, d_dummy, seg_start, counts)
-    if act.shape[1] % MX_BLOCK:
-        raise ConfigError("act.shape[1]", f"a multiple of {MX_BLOCK}", act.shape[1])
+    _check_blocked(act, a2, seg_start, counts, MX_BLOCK)
     if act.device.type != "cuda":
         quantize_a2_mxfp8_torch(act, a2, seg_start, counts, elem, mode)
         return PATH_TORCH
-    import cuda.bindings.driver as cuda
-    import cutlass
-    import cutlass.cute as cute
-    from cutlass.cute.runtime import make_ptr
-
-    compiled = _compiled(act.device, f"mxfp8_{elem}_{mode}")
-    m_cap, cols = act.shape
-    if m_cap == 0:
-        return PATH_KERNEL
-    gm = cute.AddressSpace.gmem
-    stream = cuda.CUstream(torch.cuda.current_stream(act.device).cuda_stream)
-    compiled(
-        make_ptr(cutlass.Float32, act.data_ptr(), gm, assumed_align=16),
-        make_ptr(cutlass.BFloat16, a2.data_ptr(), gm, assumed_align=16),
-        make_ptr(cutlass.Int32, seg_start.data_ptr(), gm, assumed_align=4),
-        make_ptr(cutlass.Int32, counts.data_ptr(), gm, assumed_align=4),
-        m_cap, cols, counts.numel(), min(m_cap, MAX_BLOCKS), stream,
-    )
-    return PATH_KERNEL
+    return _launch(f"mxfp8_{elem}_{mode}", act, ((a2, "BFloat16", 16),), seg_start, counts,
+                   (0,))  # g_bits: not read by the MXFP8 quantizer
 
 
 NVFP4_BLOCK = 16  # = a2_quant_kernel.NVFP4_BLOCK
@@ -211,14 +205,9 @@ def quantize_a2_nvfp4_torch(act, a2, seg_start, counts, global_scale: float) -> 
     """The Torch path of ``quantize_a2_nvfp4`` (syncs on the counts)."""
     from megamoe.experts.mxfp4 import E2M1_MAGNITUDES
 
-    starts = seg_start.tolist()
-    m_cap, cols = act.shape
+    cols = act.shape[1]
     mags = torch.tensor(E2M1_MAGNITUDES, dtype=torch.float32, device=act.device)
-    for e, n in enumerate(counts.tolist()):
-        lo = max(starts[e], 0)
-        hi = min(lo + max(n, 0), starts[e + 1], m_cap)
-        if hi <= lo:
-            continue
+    for lo, hi in _live_segments(act, seg_start, counts):
         packed, sc = quantize_nvfp4(act[lo:hi], global_scale)
         codes = packed.to(torch.int64)
         code = torch.stack((codes & 0xF, codes >> 4), dim=-1).reshape(hi - lo, cols)
@@ -240,31 +229,9 @@ def quantize_a2_nvfp4(act: torch.Tensor, a2: torch.Tensor, seg_start: torch.Tens
     if not (isinstance(global_scale, int | float) and math.isfinite(global_scale)
             and global_scale > 0):
         raise ConfigError("global_scale", "a finite float > 0", global_scale)
-    d_dummy = torch.empty(act.shape[0] if isinstance(act, torch.Tensor) else 0, LANES,
-                          dtype=torch.float32, device=getattr(act, "device", "cpu"))
-    _check(act, a2, d_dummy, seg_start, counts)
-    if act.shape[1] % NVFP4_BLOCK:
-        raise ConfigError("act.shape[1]", f"a multiple of {NVFP4_BLOCK}", act.shape[1])
+    _check_blocked(act, a2, seg_start, counts, NVFP4_BLOCK)
     if act.device.type != "cuda":
         quantize_a2_nvfp4_torch(act, a2, seg_start, counts, float(global_scale))
         return PATH_TORCH
-    import cuda.bindings.driver as cuda
-    import cutlass
-    import cutlass.cute as cute
-    from cutlass.cute.runtime import make_ptr
-
-    compiled = _compiled(act.device, "nvfp4")
-    m_cap, cols = act.shape
-    if m_cap == 0:
-        return PATH_KERNEL
     g_bits = struct.unpack("<i", struct.pack("<f", float(global_scale)))[0]
-    gm = cute.AddressSpace.gmem
-    stream = cuda.CUstream(torch.cuda.current_stream(act.device).cuda_stream)
-    compiled(
-        make_ptr(cutlass.Float32, act.data_ptr(), gm, assumed_align=16),
-        make_ptr(cutlass.BFloat16, a2.data_ptr(), gm, assumed_align=16),
-        make_ptr(cutlass.Int32, seg_start.data_ptr(), gm, assumed_align=4),
-        make_ptr(cutlass.Int32, counts.data_ptr(), gm, assumed_align=4),
-        m_cap, cols, counts.numel(), g_bits, min(m_cap, MAX_BLOCKS), stream,
-    )
-    return PATH_KERNEL
+    return _launch("nvfp4", act, ((a2, "BFloat16", 16),), seg_start, counts, (g_bits,))

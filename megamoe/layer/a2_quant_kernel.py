@@ -31,8 +31,8 @@ from cutlass import BFloat16, Float32, Int16, Int32
 from cutlass.cute.runtime import make_ptr
 
 from megamoe.kernel_registry import register_kernel
-from megamoe.layer.permute_kernel import e2m1_to_float
 from megamoe.staging.dsl_bits import (
+    e2m1_to_float,
     e4m3_to_float,
     e5m2_to_float,
     f2i,
@@ -57,17 +57,75 @@ _FAKE_ADDR = 1 << 20
 _sat_e4m3 = make_sat_fp8("e4m3")
 
 
+@cute.jit
+def _for_live_rows(seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer, num_experts: Int32,
+                   m_cap: Int32, row, ctx):
+    """``row(r, ctx)`` (a ``@cute.jit`` function, inlined) for every live row ``r`` of the
+    grouped layout this block owns: ``seg_start[e] + bid, + grid, ...`` below ``min(seg_start[e]
+    + max(counts[e], 0), seg_start[e + 1], M_cap)`` (module docstring)."""
+    bidx, _, _ = cute.arch.block_idx()
+    gdim, _, _ = cute.arch.grid_dim()
+    seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
+    cnt = cute.make_tensor(cnt_ptr, cute.make_layout(num_experts))
+    for e in range(num_experts):
+        lo = seg[e]
+        hi = cutlass.min(cutlass.min(lo + cutlass.max(cnt[e], Int32(0)), seg[e + 1]), m_cap)
+        for r in range(lo + bidx, hi, gdim):
+            row(r, ctx)
+
+
+@cute.jit
+def _block_max(v: Int32, red, lane: Int32, warp: Int32) -> Int32:
+    """The largest ``v`` of the block's ``THREADS`` threads (this one: ``lane`` of ``warp``),
+    in every thread: per warp by shuffles, then through the ``WARPS`` int32 of shared memory
+    ``red`` (the caller synchronizes before ``red`` is written again)."""
+    v = cute.arch.warp_reduction_max(v)
+    if lane == Int32(0):
+        red[warp] = v
+    cute.arch.sync_threads()
+    out = red[0]
+    for w in cutlass.range_constexpr(1, WARPS):
+        out = cutlass.max(out, red[w])
+    return out
+
+
+@cute.jit
+def _safe_fp8_row(r: Int32, ctx):
+    """Safe FP8 of row ``r`` (module docstring); ``ctx = (m_act, m_out, m_d, red, nvec)``."""
+    m_act, m_out, m_d, red, nvec = ctx
+    tidx, _, _ = cute.arch.thread_idx()
+    lane = tidx % 32
+    warp = tidx // 32
+    amax_b = Int32(0)
+    for c in range(tidx, nvec, THREADS):
+        f = cute.make_rmem_tensor(cute.make_layout(VEC), Float32)
+        f.store(m_act[r, c, None].load())
+        for j in cutlass.range_constexpr(VEC):
+            amax_b = cutlass.max(amax_b, f2i(f[j]) & 0x7FFFFFFF)
+    q, d, bad_i, tiny_i = safe_fp8_scale(_block_max(amax_b, red, lane, warp))
+    bad = bad_i != Int32(0)
+    tiny = tiny_i != Int32(0)
+    for c in range(tidx, nvec, THREADS):
+        f = cute.make_rmem_tensor(cute.make_layout(VEC), Float32)
+        f.store(m_act[r, c, None].load())
+        o = cute.make_rmem_tensor(cute.make_layout(VEC), Int16)
+        for j in cutlass.range_constexpr(VEC):
+            x = Float32(f[j])
+            v = fsel(tiny, x * q, x / d)
+            # the payload's exact bf16 value: the top half of its float32 bits
+            o[j] = Int16(f2i(e4m3_to_float(sel(bad, 0x7F, _sat_e4m3(v)))) >> 16)
+        m_out[r, c, None].store(o.load())
+    if tidx < Int32(LANES):
+        m_d[r, tidx] = d
+    cute.arch.sync_threads()  # `red` is reused by the next row
+
+
 @cute.kernel
 def _a2_kernel(
     act_ptr: cute.Pointer, out_ptr: cute.Pointer, d_ptr: cute.Pointer,
     seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
     m_cap: Int32, cols: Int32, num_experts: Int32,
 ):
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    gdim, _, _ = cute.arch.grid_dim()
-    lane = tidx % 32
-    warp = tidx // 32
     smem = cutlass_utils.SmemAllocator()
     red = smem.allocate_tensor(Int32, cute.make_layout(WARPS), 16)
     nvec = cols // VEC
@@ -75,41 +133,8 @@ def _a2_kernel(
     m_act = cute.make_tensor(act_ptr, cute.make_layout((m_cap, nvec, VEC), stride=(row_s, VEC, 1)))
     m_out = cute.make_tensor(out_ptr, cute.make_layout((m_cap, nvec, VEC), stride=(row_s, VEC, 1)))
     m_d = cute.make_tensor(d_ptr, cute.make_layout((m_cap, LANES), stride=(LANES, 1)))
-    seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
-    cnt = cute.make_tensor(cnt_ptr, cute.make_layout(num_experts))
-    for e in range(num_experts):
-        lo = seg[e]
-        hi = cutlass.min(cutlass.min(lo + cutlass.max(cnt[e], Int32(0)), seg[e + 1]), m_cap)
-        for r in range(lo + bidx, hi, gdim):
-            amax_b = Int32(0)
-            for c in range(tidx, nvec, THREADS):
-                f = cute.make_rmem_tensor(cute.make_layout(VEC), Float32)
-                f.store(m_act[r, c, None].load())
-                for j in cutlass.range_constexpr(VEC):
-                    amax_b = cutlass.max(amax_b, f2i(f[j]) & 0x7FFFFFFF)
-            amax_b = cute.arch.warp_reduction_max(amax_b)
-            if lane == Int32(0):
-                red[warp] = amax_b
-            cute.arch.sync_threads()
-            amax_b = red[0]
-            for w in cutlass.range_constexpr(1, WARPS):
-                amax_b = cutlass.max(amax_b, red[w])
-            q, d, bad_i, tiny_i = safe_fp8_scale(amax_b)
-            bad = bad_i != Int32(0)
-            tiny = tiny_i != Int32(0)
-            for c in range(tidx, nvec, THREADS):
-                f = cute.make_rmem_tensor(cute.make_layout(VEC), Float32)
-                f.store(m_act[r, c, None].load())
-                o = cute.make_rmem_tensor(cute.make_layout(VEC), Int16)
-                for j in cutlass.range_constexpr(VEC):
-                    x = Float32(f[j])
-                    v = fsel(tiny, x * q, x / d)
-                    # the payload's exact bf16 value: the top half of its float32 bits
-                    o[j] = Int16(f2i(e4m3_to_float(sel(bad, 0x7F, _sat_e4m3(v)))) >> 16)
-                m_out[r, c, None].store(o.load())
-            if tidx < Int32(LANES):
-                m_d[r, tidx] = d
-            cute.arch.sync_threads()  # `red` is reused by the next row
+    _for_live_rows(seg_ptr, cnt_ptr, num_experts, m_cap, _safe_fp8_row,
+                   (m_act, m_out, m_d, red, nvec))
 
 
 @cute.jit
@@ -137,160 +162,153 @@ def compile_a2_safe_fp8():
     )
 
 
-MX_BLOCK = 32
-_FP8_DECODE = {"e4m3": e4m3_to_float, "e5m2": e5m2_to_float}
+@cute.jit
+def _load_block(m_act, r: Int32, b: Int32, block: int):
+    """Block ``b`` of row ``r`` (``block`` float32, 16-byte loads) in registers, and the
+    largest ``bits & 0x7FFFFFFF`` of its values (NaN/Inf seen by the same bits)."""
+    x = cute.make_rmem_tensor(cute.make_layout(block), Float32)
+    for v in cutlass.range_constexpr(block // VEC):
+        f = cute.make_rmem_tensor(cute.make_layout(VEC), Float32)
+        f.store(m_act[r, b, v, None].load())
+        for j in cutlass.range_constexpr(VEC):
+            x[v * VEC + j] = f[j]
+    amax_b = Int32(0)
+    for j in cutlass.range_constexpr(block):
+        amax_b = cutlass.max(amax_b, f2i(x[j]) & 0x7FFFFFFF)
+    return x, amax_b
 
 
-def _make_mx(elem: str, mode: str):
-    """A2 of the ``mxfp8`` recipe (CONTRACTS.md s4 MXFP8, s5 step 5): every live row of the
-    float32 ``act``, blocks of 32 along ``I``, quantized with the staging kernel's exponent
-    and cast (``make_mx_exponent``, ``make_sat_fp8``) and written as the dequantized value
-    ``fp8(code) * 2**e`` rounded to bf16 (exact unless below 2**-130): the operand FC2
-    multiplies. A NaN/Inf block gives NaN. One thread per block; blocks of ``THREADS``
-    threads walk the live rows as ``_a2_kernel`` does."""
-    sat = make_sat_fp8(elem)
-    exponent = make_mx_exponent(elem, mode)
-    decode = _FP8_DECODE[elem]
+@cute.jit
+def _block_row(r: Int32, ctx):
+    """One thread per block of row ``r``: ``out = encode(amax, pre)(x)`` element by element,
+    stored 8 bf16 (16 bytes) at a time; ``ctx = (m_act, m_out, nblk, block, encode, pre)``."""
+    m_act, m_out, nblk, block, encode, pre = ctx
+    tidx, _, _ = cute.arch.thread_idx()
+    for b in range(tidx, nblk, THREADS):
+        x, amax_b = _load_block(m_act, r, b, block)
+        value = encode(amax_b, pre)
+        for v in cutlass.range_constexpr(block // 8):
+            o = cute.make_rmem_tensor(cute.make_layout(8), BFloat16)
+            for j in cutlass.range_constexpr(8):
+                o[j] = value(Float32(x[v * 8 + j]))
+            m_out[r, b, v, None].store(o.load())
+
+
+def _make_block_launch(block: int, encode, prepare=None):
+    """The launcher of a block-scaled A2 quantizer: every live row of the float32 ``act``,
+    blocks of ``block`` along ``I`` (one thread per block; blocks of ``THREADS`` threads walk
+    the live rows as ``_a2_kernel`` does), written as bf16. ``encode(amax_bits, pre)``
+    returns the per-element map float32 -> bf16 of a block, ``pre = prepare(g_bits)`` is
+    computed once per thread (``None`` without ``prepare``). Runtime arguments ``(act, a2,
+    seg_start, counts, M_cap, I, E, g_bits, blocks, stream)``."""
 
     @cute.kernel
     def kernel(
         act_ptr: cute.Pointer, out_ptr: cute.Pointer,
         seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-        m_cap: Int32, cols: Int32, num_experts: Int32,
+        m_cap: Int32, cols: Int32, num_experts: Int32, g_bits: Int32,
     ):
-        tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
-        gdim, _, _ = cute.arch.grid_dim()
-        nblk = cols // MX_BLOCK
-        row_s = cute.assume(cols, divby=MX_BLOCK)
+        nblk = cols // block
+        row_s = cute.assume(cols, divby=block)
         m_act = cute.make_tensor(act_ptr, cute.make_layout(
-            (m_cap, nblk, MX_BLOCK // VEC, VEC), stride=(row_s, MX_BLOCK, VEC, 1)))
+            (m_cap, nblk, block // VEC, VEC), stride=(row_s, block, VEC, 1)))
         m_out = cute.make_tensor(out_ptr, cute.make_layout(
-            (m_cap, nblk, MX_BLOCK // 8, 8), stride=(row_s, MX_BLOCK, 8, 1)))
-        seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
-        cnt = cute.make_tensor(cnt_ptr, cute.make_layout(num_experts))
-        for e in range(num_experts):
-            lo = seg[e]
-            hi = cutlass.min(cutlass.min(lo + cutlass.max(cnt[e], Int32(0)), seg[e + 1]), m_cap)
-            for r in range(lo + bidx, hi, gdim):
-                for b in range(tidx, nblk, THREADS):
-                    x = cute.make_rmem_tensor(cute.make_layout(MX_BLOCK), Float32)
-                    for v in cutlass.range_constexpr(MX_BLOCK // VEC):
-                        f = cute.make_rmem_tensor(cute.make_layout(VEC), Float32)
-                        f.store(m_act[r, b, v, None].load())
-                        for j in cutlass.range_constexpr(VEC):
-                            x[v * VEC + j] = f[j]
-                    amax_b = Int32(0)
-                    for j in cutlass.range_constexpr(MX_BLOCK):
-                        amax_b = cutlass.max(amax_b, f2i(x[j]) & 0x7FFFFFFF)
-                    ex, byte = exponent(amax_b)
-                    bad = byte == Int32(0xFF)
-                    down = pow2(Int32(0) - ex)
-                    up = pow2(ex)
-                    for v in cutlass.range_constexpr(MX_BLOCK // 8):
-                        o = cute.make_rmem_tensor(cute.make_layout(8), BFloat16)
-                        for j in cutlass.range_constexpr(8):
-                            code = sel(bad, 0x7F, sat(Float32(x[v * 8 + j]) * down))
-                            o[j] = (decode(code) * up).to(BFloat16)
-                        m_out[r, b, v, None].store(o.load())
+            (m_cap, nblk, block // 8, 8), stride=(row_s, block, 8, 1)))
+        pre = None
+        if cutlass.const_expr(prepare is not None):
+            pre = prepare(g_bits)
+        _for_live_rows(seg_ptr, cnt_ptr, num_experts, m_cap, _block_row,
+                       (m_act, m_out, nblk, block, encode, pre))
 
     @cute.jit
     def launch(
         act_ptr: cute.Pointer, out_ptr: cute.Pointer,
         seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-        m_cap: Int32, cols: Int32, num_experts: Int32, blocks: Int32, stream: cuda.CUstream,
+        m_cap: Int32, cols: Int32, num_experts: Int32, g_bits: Int32, blocks: Int32,
+        stream: cuda.CUstream,
     ):
-        kernel(act_ptr, out_ptr, seg_ptr, cnt_ptr, m_cap, cols, num_experts).launch(
+        kernel(act_ptr, out_ptr, seg_ptr, cnt_ptr, m_cap, cols, num_experts, g_bits).launch(
             grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream
         )
 
     return launch
 
 
-def compile_a2_mxfp8(elem: str, mode: str):
-    """``cute.compile`` the MXFP8 A2 quantizer for one (element type, scale mode); runtime
-    arguments ``(act, a2, seg_start, counts, M_cap, I, E, blocks, stream)``."""
+def _compile_block(launch):
+    """``cute.compile`` a ``_make_block_launch`` launcher (runtime sizes and pointers)."""
     i0 = Int32(0)
     return cute.compile(
-        _make_mx(elem, mode), _ptr(Float32, 16), _ptr(BFloat16, 16),
-        _ptr(Int32, 4), _ptr(Int32, 4), i0, i0, i0, i0, cuda.CUstream(0),
+        launch, _ptr(Float32, 16), _ptr(BFloat16, 16),
+        _ptr(Int32, 4), _ptr(Int32, 4), i0, i0, i0, i0, i0, cuda.CUstream(0),
     )
+
+
+MX_BLOCK = 32
+_FP8_DECODE = {"e4m3": e4m3_to_float, "e5m2": e5m2_to_float}
+
+
+def _make_mx(elem: str, mode: str):
+    """A2 of the ``mxfp8`` recipe (CONTRACTS.md s4 MXFP8, s5 step 5): blocks of 32 along
+    ``I``, quantized with the staging kernel's exponent and cast (``make_mx_exponent``,
+    ``make_sat_fp8``) and written as the dequantized value ``fp8(code) * 2**e`` rounded to
+    bf16 (exact unless below 2**-130): the operand FC2 multiplies. A NaN/Inf block gives
+    NaN. ``g_bits`` is not read."""
+    sat = make_sat_fp8(elem)
+    exponent = make_mx_exponent(elem, mode)
+    decode = _FP8_DECODE[elem]
+
+    def encode(amax_b: Int32, _pre):
+        ex, byte = exponent(amax_b)
+        bad = byte == Int32(0xFF)
+        down = pow2(Int32(0) - ex)
+        up = pow2(ex)
+        return lambda x: (decode(sel(bad, 0x7F, sat(x * down))) * up).to(BFloat16)
+
+    return _make_block_launch(MX_BLOCK, encode)
+
+
+def compile_a2_mxfp8(elem: str, mode: str):
+    """``cute.compile`` the MXFP8 A2 quantizer for one (element type, scale mode); runtime
+    arguments ``(act, a2, seg_start, counts, M_cap, I, E, g_bits (unread), blocks,
+    stream)``."""
+    return _compile_block(_make_mx(elem, mode))
 
 
 NVFP4_BLOCK = 16
 
 
-@cute.kernel
-def _a2_nvfp4_kernel(
-    act_ptr: cute.Pointer, out_ptr: cute.Pointer,
-    seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-    m_cap: Int32, cols: Int32, num_experts: Int32, g_bits: Int32,
-):
-    """A2 of the ``nvfp4`` recipe (CONTRACTS.md s4 NVFP4, s5 step 5): every live row of the
-    float32 ``act``, blocks of 16 along ``I``, quantized with ``g`` (the layer's A2 scale)
-    by the staging kernel's block arithmetic (``nvfp4_block_scale``, ``e2m1_code``), written
-    as ``e2m1(code) * float32(s)`` in bf16 (exact), **without** ``g``: FC2 applies it in
-    float32. A NaN/Inf block gives NaN. One thread per block."""
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    gdim, _, _ = cute.arch.grid_dim()
-    nblk = cols // NVFP4_BLOCK
-    row_s = cute.assume(cols, divby=NVFP4_BLOCK)
-    m_act = cute.make_tensor(act_ptr, cute.make_layout(
-        (m_cap, nblk, NVFP4_BLOCK // VEC, VEC), stride=(row_s, NVFP4_BLOCK, VEC, 1)))
-    m_out = cute.make_tensor(out_ptr, cute.make_layout(
-        (m_cap, nblk, 2, 8), stride=(row_s, NVFP4_BLOCK, 8, 1)))
-    seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
-    cnt = cute.make_tensor(cnt_ptr, cute.make_layout(num_experts))
+def _nvfp4_prepare(g_bits: Int32):
+    """``(g, 1 / g)`` from the bits of the layer's A2 scale ``g``."""
     g = i2f(g_bits)
-    inv_g = Float32(1.0) / g
+    return g, Float32(1.0) / g
+
+
+def _nvfp4_encode(amax_b: Int32, pre):
+    """A2 of the ``nvfp4`` recipe (CONTRACTS.md s4 NVFP4, s5 step 5): blocks of 16 along
+    ``I``, quantized with ``g`` by the staging kernel's block arithmetic
+    (``nvfp4_block_scale``, ``e2m1_code``), written as ``e2m1(code) * float32(s)`` in bf16
+    (exact), **without** ``g``: FC2 applies it in float32. A NaN/Inf block gives NaN."""
+    g, inv_g = pre
     six = Float32(6.0)
-    for e in range(num_experts):
-        lo = seg[e]
-        hi = cutlass.min(cutlass.min(lo + cutlass.max(cnt[e], Int32(0)), seg[e + 1]), m_cap)
-        for r in range(lo + bidx, hi, gdim):
-            for b in range(tidx, nblk, THREADS):
-                x = cute.make_rmem_tensor(cute.make_layout(NVFP4_BLOCK), Float32)
-                for v in cutlass.range_constexpr(NVFP4_BLOCK // VEC):
-                    f = cute.make_rmem_tensor(cute.make_layout(VEC), Float32)
-                    f.store(m_act[r, b, v, None].load())
-                    for j in cutlass.range_constexpr(VEC):
-                        x[v * VEC + j] = f[j]
-                amax_b = Int32(0)
-                for j in cutlass.range_constexpr(NVFP4_BLOCK):
-                    amax_b = cutlass.max(amax_b, f2i(x[j]) & 0x7FFFFFFF)
-                bad = amax_b >= Int32(0x7F800000)
-                _scode, s32, rr = nvfp4_block_scale(amax_b, g, inv_g)
-                s32 = fsel(bad, i2f(Int32(0x7FC00000)), s32)
-                for h in cutlass.range_constexpr(2):
-                    o = cute.make_rmem_tensor(cute.make_layout(8), BFloat16)
-                    for j in cutlass.range_constexpr(8):
-                        y = Float32(x[8 * h + j]) * rr
-                        y = fsel(y > six, six, fsel(y < -six, -six, y))
-                        code = sel(bad, 0, e2m1_code(y))
-                        o[j] = (e2m1_to_float(code) * s32).to(BFloat16)
-                    m_out[r, b, h, None].store(o.load())
+    bad = amax_b >= Int32(0x7F800000)
+    _scode, s32, rr = nvfp4_block_scale(amax_b, g, inv_g)
+    s32 = fsel(bad, i2f(Int32(0x7FC00000)), s32)
+
+    def value(x: Float32):
+        y = x * rr
+        y = fsel(y > six, six, fsel(y < -six, -six, y))
+        return (e2m1_to_float(sel(bad, 0, e2m1_code(y))) * s32).to(BFloat16)
+
+    return value
 
 
-@cute.jit
-def a2_nvfp4_launch(
-    act_ptr: cute.Pointer, out_ptr: cute.Pointer,
-    seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-    m_cap: Int32, cols: Int32, num_experts: Int32, g_bits: Int32, blocks: Int32,
-    stream: cuda.CUstream,
-):
-    _a2_nvfp4_kernel(act_ptr, out_ptr, seg_ptr, cnt_ptr, m_cap, cols, num_experts,
-                     g_bits).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+a2_nvfp4_launch = _make_block_launch(NVFP4_BLOCK, _nvfp4_encode, _nvfp4_prepare)
 
 
 def compile_a2_nvfp4():
     """``cute.compile`` the NVFP4 A2 quantizer; runtime arguments ``(act, a2, seg_start,
     counts, M_cap, I, E, g_bits, blocks, stream)``."""
-    i0 = Int32(0)
-    return cute.compile(
-        a2_nvfp4_launch, _ptr(Float32, 16), _ptr(BFloat16, 16),
-        _ptr(Int32, 4), _ptr(Int32, 4), i0, i0, i0, i0, i0, cuda.CUstream(0),
-    )
+    return _compile_block(a2_nvfp4_launch)
 
 
 @register_kernel("a2_nvfp4")
