@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from megamoe.experts.api import padded_segment_starts
+from megamoe.graphs import capture
 from megamoe.layer import a2_quant, permute
 from megamoe.layer.a2_quant import quantize_a2_safe_fp8, quantize_a2_torch
 from megamoe.layer.permute import widen_rows
@@ -44,7 +45,7 @@ def test_widen_kernel_replays_under_a_graph_with_a_new_count(cuda_device) -> Non
     widen_rows(src, out, si, di, n)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         widen_rows(src, out, si, di, n)
     out.fill_(7.0)
     n.fill_(5)
@@ -90,7 +91,7 @@ def test_a2_kernel_replays_under_a_graph_with_new_counts(cuda_device) -> None:
     quantize_a2_safe_fp8(act, a2, d, seg, counts)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         quantize_a2_safe_fp8(act, a2, d, seg, counts)
     new_counts = torch.tensor([1, 2, 0, 1, 100], dtype=torch.int32)
     counts.copy_(new_counts)

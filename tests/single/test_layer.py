@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, RESTORED_FROM, make_sequence
 from megamoe import ConfigError, RouteError
 from megamoe.experts.mxfp4 import Mxfp4Matrix
+from megamoe.graphs import capture
 from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
 from oracle.formats import quantize_mxfp4
 from oracle.routing import find_route_violations
@@ -130,7 +131,7 @@ def test_changing_route_scenarios_replay_on_one_graph(cuda_device, recipe) -> No
     layer.forward(s_x, s_ids, s_w, live_tokens=s_live, out=out)  # warm the live-count path
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         layer.forward(s_x, s_ids, s_w, live_tokens=s_live, out=out)
     first_bits: dict[str, torch.Tensor] = {}
     assert [s.name for s in states] == list(CHANGING_ROUTE_SEQUENCE)
@@ -169,7 +170,7 @@ def _capture_clean(layer: MoELayer, x, ids, w, out):  # type: ignore[no-untyped-
     recorded; returns the graph and the clean output."""
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         layer.forward(x, ids, w, out=out)
     graph.replay()
     torch.cuda.synchronize()
