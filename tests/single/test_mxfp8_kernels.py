@@ -66,6 +66,39 @@ def test_mxfp8_decode_is_exact_for_every_byte_under_every_scale_byte(cuda_device
     assert int(poisoned.sum()) < n // 16  # only the overflowing scale bytes and 0xFF
 
 
+def gather_matches_the_torch_path(widen, src, scales, live: int, cols: int, gen, device,
+                                  *extra) -> None:
+    """``widen(src, scales, dst, si, di, n, *extra)`` (a dequantizing A1 gather) on the GPU
+    equals its PyTorch path bit for bit (NaN by position): ``live`` of the 40 source rows
+    moved to a random 40 of 64 destination rows; the other rows keep their fill."""
+    src, scales = src.to(device), scales.to(device)
+    si = torch.randperm(40, generator=gen).to(device)
+    di = torch.randperm(64, generator=gen)[:40].to(device)
+    n = torch.tensor([live], dtype=torch.int32, device=device)
+    got = torch.full((64, cols), 3.0, dtype=torch.bfloat16, device=device)
+    assert widen(src, scales, got, si, di, n, *extra) == permute.PATH_KERNEL
+    want = torch.full((64, cols), 3.0, dtype=torch.bfloat16)
+    widen(src.cpu(), scales.cpu(), want, si.cpu(), di.cpu(), n.cpu(), *extra)
+    assert _same_values(got.cpu(), want)
+
+
+def a2_matches_the_torch_path(quantize, quantize_torch, act, nan_cols: slice, device,
+                              *extra) -> None:
+    """``quantize(act, a2, seg, counts, *extra)`` (an A2 quantizer) on the GPU equals its
+    PyTorch path bit for bit over the live rows of counts ``[3, 0, 129, 1]``; row 1's block
+    ``nan_cols`` (holding a NaN/Inf) is NaN; rows outside the segments keep their fill."""
+    counts = torch.tensor([3, 0, 129, 1], dtype=torch.int32)
+    seg = padded_segment_starts(counts)
+    assert act.shape[0] == int(seg[-1]) + 128
+    act, seg, counts = act.to(device), seg.to(device), counts.to(device)
+    got = torch.full(act.shape, 9.0, dtype=torch.bfloat16, device=device)
+    want = got.clone()
+    assert quantize(act, got, seg, counts, *extra) == "kernel"
+    quantize_torch(act, want, seg, counts, *extra)
+    assert _same_values(got.cpu(), want.cpu())
+    assert bool(got[1, nan_cols].isnan().all()) and bool((got[3:128] == 9.0).all())
+
+
 @pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
 def test_mxfp8_gather_kernel_matches_the_torch_path(cuda_device, elem) -> None:
     g = torch.Generator().manual_seed(3)
@@ -74,32 +107,16 @@ def test_mxfp8_gather_kernel_matches_the_torch_path(cuda_device, elem) -> None:
     scales = torch.randint(100, 150, (40, 16), dtype=torch.uint8, generator=g)
     scales[1, 3] = 255
     scales[2, 0] = 0
-    src, scales = src.to(cuda_device), scales.to(cuda_device)
-    si = torch.randperm(40, generator=g).to(cuda_device)
-    di = torch.randperm(64, generator=g)[:40].to(cuda_device)
-    n = torch.tensor([33], dtype=torch.int32, device=cuda_device)
-    got = torch.full((64, 512), 3.0, dtype=torch.bfloat16, device=cuda_device)
-    assert widen_mx_rows(src, scales, got, si, di, n, elem) == permute.PATH_KERNEL
-    want = torch.full((64, 512), 3.0, dtype=torch.bfloat16)
-    widen_mx_rows(src.cpu(), scales.cpu(), want, si.cpu(), di.cpu(), n.cpu(), elem)
-    assert _same_values(got.cpu(), want)
+    gather_matches_the_torch_path(widen_mx_rows, src, scales, 33, 512, g, cuda_device, elem)
 
 
 @pytest.mark.parametrize(("elem", "mode"), [("e4m3", "rceil"), ("e5m2", "floor")])
 def test_mxfp8_a2_kernel_matches_the_torch_path(cuda_device, elem, mode) -> None:
     g = torch.Generator().manual_seed(4)
-    counts = torch.tensor([3, 0, 129, 1], dtype=torch.int32)
-    seg = padded_segment_starts(counts)
-    m_cap = int(seg[-1]) + 128
+    m_cap = 640  # the segments of [3, 0, 129, 1] end at 512
     act = torch.randn(m_cap, 320, generator=g) * torch.logspace(-40, 30, m_cap).view(-1, 1)
     act[0, :32] = 0.0
     act[1, 40] = float("nan")
     act[130] *= 1e-20
-    act = act.to(cuda_device)
-    seg, counts = seg.to(cuda_device), counts.to(cuda_device)
-    got = torch.full((m_cap, 320), 9.0, dtype=torch.bfloat16, device=cuda_device)
-    want = got.clone()
-    assert quantize_a2_mxfp8(act, got, seg, counts, elem, mode) == "kernel"
-    quantize_a2_mxfp8_torch(act, want, seg, counts, elem, mode)
-    assert _same_values(got.cpu(), want.cpu())
-    assert bool(got[1, 32:64].isnan().all()) and bool((got[3:128] == 9.0).all())
+    a2_matches_the_torch_path(quantize_a2_mxfp8, quantize_a2_mxfp8_torch, act, slice(32, 64),
+                              cuda_device, elem, mode)

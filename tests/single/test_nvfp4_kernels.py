@@ -12,13 +12,15 @@ from megamoe.experts import api
 from megamoe.experts.api import grouped_gemm, padded_segment_starts
 from megamoe.experts.mxfp4_gemm_kernel import NVFP4_CONFIGS
 from megamoe.experts.nvfp4 import Nvfp4Matrix
-from megamoe.layer import permute
 from megamoe.layer.a2_quant import quantize_a2_nvfp4, quantize_a2_nvfp4_torch
 from megamoe.layer.permute import widen_nvfp4_rows
 from tests.host.test_grouped_gemm_host import poison_
 from tests.mxfp4_case import make_mxfp4_case
 from tests.single.test_mxfp4_gemm_kernel import SHAPES, _check, _run
-from tests.single.test_mxfp8_kernels import _same_values
+from tests.single.test_mxfp8_kernels import (
+    a2_matches_the_torch_path,
+    gather_matches_the_torch_path,
+)
 
 
 @pytest.mark.parametrize("cfg", NVFP4_CONFIGS, ids=[c.name for c in NVFP4_CONFIGS])
@@ -65,30 +67,14 @@ def test_nvfp4_gather_kernel_matches_the_torch_path(cuda_device) -> None:
     src = torch.randint(0, 256, (40, 256), dtype=torch.uint8, generator=g)
     scales = torch.randint(0, 127, (40, 32), dtype=torch.uint8, generator=g)
     scales[1, 3] = 0x7F
-    src, scales = src.to(cuda_device), scales.to(cuda_device)
-    si = torch.randperm(40, generator=g).to(cuda_device)
-    di = torch.randperm(64, generator=g)[:40].to(cuda_device)
-    n = torch.tensor([35], dtype=torch.int32, device=cuda_device)
-    got = torch.full((64, 512), 3.0, dtype=torch.bfloat16, device=cuda_device)
-    assert widen_nvfp4_rows(src, scales, got, si, di, n) == permute.PATH_KERNEL
-    want = torch.full((64, 512), 3.0, dtype=torch.bfloat16)
-    widen_nvfp4_rows(src.cpu(), scales.cpu(), want, si.cpu(), di.cpu(), n.cpu())
-    assert _same_values(got.cpu(), want)
+    gather_matches_the_torch_path(widen_nvfp4_rows, src, scales, 35, 512, g, cuda_device)
 
 
 def test_nvfp4_a2_kernel_matches_the_torch_path(cuda_device) -> None:
     g = torch.Generator().manual_seed(6)
-    counts = torch.tensor([3, 0, 129, 1], dtype=torch.int32)
-    seg = padded_segment_starts(counts)
-    m_cap = int(seg[-1]) + 128
+    m_cap = 640  # the segments of [3, 0, 129, 1] end at 512
     act = torch.randn(m_cap, 320, generator=g) * torch.logspace(-6, 6, m_cap).view(-1, 1)
     act[0, :16] = 0.0
     act[1, 40] = float("inf")
-    act = act.to(cuda_device)
-    seg, counts = seg.to(cuda_device), counts.to(cuda_device)
-    got = torch.full((m_cap, 320), 9.0, dtype=torch.bfloat16, device=cuda_device)
-    want = got.clone()
-    assert quantize_a2_nvfp4(act, got, seg, counts, 0.05) == "kernel"
-    quantize_a2_nvfp4_torch(act, want, seg, counts, 0.05)
-    assert _same_values(got.cpu(), want.cpu())
-    assert bool(got[1, 32:48].isnan().all()) and bool((got[3:128] == 9.0).all())
+    a2_matches_the_torch_path(quantize_a2_nvfp4, quantize_a2_nvfp4_torch, act, slice(32, 48),
+                              cuda_device, 0.05)
