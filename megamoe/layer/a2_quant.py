@@ -1,13 +1,16 @@
 """Host launcher of the ``fp8_mxfp4`` A2 quantizer (``megamoe.layer.a2_quant_kernel``;
 CONTRACTS.md s4 safe FP8, s5 step 5).
 
-``quantize_a2_safe_fp8(act, a2, d, seg_start, counts)``: for every live row ``r`` of the
-grouped layout (``seg_start[e] <= r < seg_start[e] + counts[e]``), the safe-FP8 payload of
-the float32 row ``act[r]`` as exact bf16 values into ``a2[r]`` and its dequant scale ``d``
+``quantize_a2_safe_fp8(act, a2, d, rows, count)``: for every listed row ``r = rows[i]``,
+``i < count[0]`` (``rows`` int64, the GEMM rows of the routes, as the layer's gathers use
+them; ``count`` int64 ``[1]``, e.g. the dispatch layout's ``num_routes``; rows outside ``[0, M_cap)`` are skipped), the safe-FP8 payload
+of the float32 row ``act[r]`` as exact bf16 values into ``a2[r]`` and its dequant scale ``d``
 into all four lanes of ``d[r]``. Other rows are neither read nor written. The CuTe DSL
-kernel runs on CUDA tensors (segments read on the device: capturable); CPU tensors take the
+kernel runs on CUDA tensors (list and count read on the device: capturable; the work is
+spread over the blocks by route, so it scales with the live routes); CPU tensors take the
 Torch path (``megamoe.staging.torch_path.quantize_safe_fp8``, the staging fallback's
-quantizer; it reads the counts on the host), which gives the same bytes.
+quantizer; it reads the count on the host), which gives the same bytes. ``segment_rows``
+lists the live rows of a grouped layout (``seg_start``, ``counts``) without a sync.
 """
 
 from __future__ import annotations
@@ -32,9 +35,8 @@ PATH_TORCH = "torch"
 _CACHE: dict[str, object] = {}
 
 
-def _check(act, a2, d, seg_start, counts) -> None:
-    for name, t in (("act", act), ("a2", a2), ("d", d), ("seg_start", seg_start),
-                    ("counts", counts)):
+def _check(act, a2, d, rows, count) -> None:
+    for name, t in (("act", act), ("a2", a2), ("d", d), ("rows", rows), ("count", count)):
         if not isinstance(t, torch.Tensor):
             raise ConfigError(name, "a torch.Tensor", type(t).__name__)
         if not t.is_contiguous():
@@ -47,42 +49,53 @@ def _check(act, a2, d, seg_start, counts) -> None:
     if d.dtype != torch.float32 or tuple(d.shape) != (act.shape[0], LANES):
         raise ConfigError("d", f"float32 ({act.shape[0]}, {LANES})",
                           f"{d.dtype} {tuple(d.shape)}")
-    e = counts.numel()
-    if counts.dtype != torch.int32 or counts.dim() != 1:
-        raise ConfigError("counts", "int32 [E]", f"{counts.dtype} {tuple(counts.shape)}")
-    if seg_start.dtype != torch.int32 or tuple(seg_start.shape) != (e + 1,):
-        raise ConfigError("seg_start", f"int32 [{e + 1}]",
-                          f"{seg_start.dtype} {tuple(seg_start.shape)}")
-    devs = {t.device for t in (act, a2, d, seg_start, counts)}
+    if rows.dtype != torch.int64 or rows.dim() != 1:
+        raise ConfigError("rows", "int64 [R]", f"{rows.dtype} {tuple(rows.shape)}")
+    if count.dtype != torch.int64 or tuple(count.shape) != (1,):
+        raise ConfigError("count", "int64 [1]", f"{count.dtype} {tuple(count.shape)}")
+    devs = {t.device for t in (act, a2, d, rows, count)}
     if len(devs) != 1:
         raise ConfigError("device", "every tensor on one device", sorted(map(str, devs)))
 
 
-def _check_blocked(act, a2, seg_start, counts, block: int) -> None:
+def _check_blocked(act, a2, rows, count, block: int) -> None:
     """``_check`` for the block-scaled quantizers (no ``d``), and ``I % block == 0``."""
     d_dummy = torch.empty(act.shape[0] if isinstance(act, torch.Tensor) else 0, LANES,
                           dtype=torch.float32, device=getattr(act, "device", "cpu"))
-    _check(act, a2, d_dummy, seg_start, counts)
+    _check(act, a2, d_dummy, rows, count)
     if act.shape[1] % block:
         raise ConfigError("act.shape[1]", f"a multiple of {block}", act.shape[1])
 
 
-def _live_segments(act: torch.Tensor, seg_start: torch.Tensor, counts: torch.Tensor):
-    """Torch paths: the ``(lo, hi)`` row range of each expert's live rows, empty ones left
-    out (``lo = max(seg_start[e], 0)``, ``hi = min(lo + max(counts[e], 0), seg_start[e + 1],
-    M_cap)``; syncs on the counts)."""
-    starts = seg_start.tolist()
-    m_cap = act.shape[0]
-    for e, n in enumerate(counts.tolist()):
-        lo = max(starts[e], 0)
-        hi = min(lo + max(n, 0), starts[e + 1], m_cap)
-        if hi > lo:
-            yield lo, hi
+def segment_rows(seg_start: torch.Tensor, counts: torch.Tensor,
+                 m_cap: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, count)`` listing the live rows of a grouped layout, expert by expert: row
+    ``r`` is live when ``seg_start[e] <= r < min(seg_start[e] + max(counts[e], 0),
+    seg_start[e + 1], M_cap)``. ``rows`` is int64 ``[M_cap]`` (entries past ``count`` are 0),
+    ``count`` int64 ``[1]``. Device ops only (no sync): capturable."""
+    lo = seg_start[:-1].to(torch.int64).clamp_min(0)
+    hi = torch.minimum(torch.minimum(lo + counts.to(torch.int64).clamp_min(0),
+                                     seg_start[1:].to(torch.int64)),
+                       torch.full_like(lo, m_cap))
+    live = (hi - lo).clamp_min(0)
+    ends = torch.cumsum(live, 0)
+    idx = torch.arange(m_cap, dtype=torch.int64, device=lo.device)
+    e = torch.searchsorted(ends, idx, right=True).clamp_max(max(lo.numel() - 1, 0))
+    total = ends[-1:] if ends.numel() else torch.zeros(1, dtype=torch.int64, device=lo.device)
+    rows = torch.where(idx < total, lo[e] + idx - (ends[e] - live[e]), 0)
+    return rows, total
 
 
-def _launch(kind: str, act: torch.Tensor, outs: tuple, seg_start: torch.Tensor,
-            counts: torch.Tensor, extra: tuple = ()) -> str:
-    """Run the compiled quantizer ``kind``: ``(act, *outs, seg_start, counts, M_cap, I, E,
+def _listed(act: torch.Tensor, rows: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Torch paths: the listed rows ``rows[:count]`` inside ``[0, M_cap)`` (syncs)."""
+    n = min(max(int(count[0]), 0), rows.numel())
+    idx = rows[:n]
+    return idx[(idx >= 0) & (idx < act.shape[0])]
+
+
+def _launch(kind: str, act: torch.Tensor, outs: tuple, rows: torch.Tensor,
+            count: torch.Tensor, extra: tuple = ()) -> str:
+    """Run the compiled quantizer ``kind``: ``(act, *outs, rows, count, M_cap, I, R,
     *extra, blocks, stream)``, each of ``outs`` a ``(tensor, cutlass element type name,
     pointer alignment)``."""
     import cuda.bindings.driver as cuda
@@ -92,7 +105,7 @@ def _launch(kind: str, act: torch.Tensor, outs: tuple, seg_start: torch.Tensor,
 
     compiled = _compiled(act.device, kind)
     m_cap, cols = act.shape
-    if m_cap == 0:
+    if m_cap == 0 or rows.numel() == 0:
         return PATH_KERNEL
     gm = cute.AddressSpace.gmem
 
@@ -101,9 +114,9 @@ def _launch(kind: str, act: torch.Tensor, outs: tuple, seg_start: torch.Tensor,
 
     stream = cuda.CUstream(torch.cuda.current_stream(act.device).cuda_stream)
     compiled(
-        ptr(act, "Float32", 16), *(ptr(*o) for o in outs), ptr(seg_start, "Int32", 4),
-        ptr(counts, "Int32", 4), m_cap, cols, counts.numel(), *extra,
-        min(m_cap, MAX_BLOCKS), stream,
+        ptr(act, "Float32", 16), *(ptr(*o) for o in outs), ptr(rows, "Int64", 8),
+        ptr(count, "Int64", 8), m_cap, cols, rows.numel(), *extra,
+        min(rows.numel(), MAX_BLOCKS), stream,
     )
     return PATH_KERNEL
 
@@ -144,23 +157,23 @@ def warmup(device: torch.device | str, mxfp8: tuple[str, str] | None = None,
         _compiled(device, "nvfp4" if nvfp4 else kind)
 
 
-def quantize_a2_torch(act, a2, d, seg_start, counts) -> None:
-    """The Torch path (module docstring); syncs on the counts."""
-    for lo, hi in _live_segments(act, seg_start, counts):
-        payload, dd, _ = quantize_safe_fp8(act[lo:hi])
-        vals = payload.to(torch.bfloat16)
-        a2[lo:hi] = torch.where(vals.isnan(), BF16_NAN.to(vals.device), vals)
-        d[lo:hi] = dd.unsqueeze(1).expand(hi - lo, LANES)
+def quantize_a2_torch(act, a2, d, rows, count) -> None:
+    """The Torch path (module docstring); syncs on the count."""
+    idx = _listed(act, rows, count)
+    payload, dd, _ = quantize_safe_fp8(act[idx])
+    vals = payload.to(torch.bfloat16)
+    a2[idx] = torch.where(vals.isnan(), BF16_NAN.to(vals.device), vals)
+    d[idx] = dd.unsqueeze(1).expand(idx.numel(), LANES)
 
 
 def quantize_a2_safe_fp8(act: torch.Tensor, a2: torch.Tensor, d: torch.Tensor,
-                         seg_start: torch.Tensor, counts: torch.Tensor) -> str:
+                         rows: torch.Tensor, count: torch.Tensor) -> str:
     """Run the quantizer (module docstring); returns the path taken."""
-    _check(act, a2, d, seg_start, counts)
+    _check(act, a2, d, rows, count)
     if act.device.type != "cuda":
-        quantize_a2_torch(act, a2, d, seg_start, counts)
+        quantize_a2_torch(act, a2, d, rows, count)
         return PATH_TORCH
-    return _launch("safe_fp8", act, ((a2, "Int16", 8), (d, "Float32", 16)), seg_start, counts)
+    return _launch("safe_fp8", act, ((a2, "Int16", 8), (d, "Float32", 16)), rows, count)
 
 
 MX_BLOCK = 32  # = a2_quant_kernel.MX_BLOCK
@@ -168,21 +181,21 @@ MX_ELEMS = ("e4m3", "e5m2")
 MX_MODES = ("rceil", "floor")
 
 
-def quantize_a2_mxfp8_torch(act, a2, seg_start, counts, elem: str, mode: str) -> None:
-    """The Torch path of ``quantize_a2_mxfp8`` (syncs on the counts)."""
-    for lo, hi in _live_segments(act, seg_start, counts):
-        payload, sbytes = quantize_mxfp8(act[lo:hi], elem, mode)
-        b = sbytes.to(torch.int32)
-        sc = torch.where(b == 0xFF, torch.full(b.shape, float("nan"), device=b.device),
-                         pow2_f32(b - 127))
-        cols = act.shape[1]
-        vals = payload.to(torch.float32).reshape(hi - lo, cols // MX_BLOCK, MX_BLOCK)
-        a2[lo:hi] = (vals * sc.unsqueeze(-1)).reshape(hi - lo, cols).to(torch.bfloat16)
+def quantize_a2_mxfp8_torch(act, a2, rows, count, elem: str, mode: str) -> None:
+    """The Torch path of ``quantize_a2_mxfp8`` (syncs on the count)."""
+    idx = _listed(act, rows, count)
+    payload, sbytes = quantize_mxfp8(act[idx], elem, mode)
+    b = sbytes.to(torch.int32)
+    sc = torch.where(b == 0xFF, torch.full(b.shape, float("nan"), device=b.device),
+                     pow2_f32(b - 127))
+    cols = act.shape[1]
+    vals = payload.to(torch.float32).reshape(idx.numel(), cols // MX_BLOCK, MX_BLOCK)
+    a2[idx] = (vals * sc.unsqueeze(-1)).reshape(idx.numel(), cols).to(torch.bfloat16)
 
 
-def quantize_a2_mxfp8(act: torch.Tensor, a2: torch.Tensor, seg_start: torch.Tensor,
-                      counts: torch.Tensor, elem: str, mode: str) -> str:
-    """A2 of the ``mxfp8`` recipe (CONTRACTS.md s4-s5): every live row of the float32
+def quantize_a2_mxfp8(act: torch.Tensor, a2: torch.Tensor, rows: torch.Tensor,
+                      count: torch.Tensor, elem: str, mode: str) -> str:
+    """A2 of the ``mxfp8`` recipe (CONTRACTS.md s4-s5): every listed row of the float32
     ``act`` quantized to MXFP8 (``elem``, ``mode``; blocks of 32 along ``I``) and written into
     ``a2`` as its dequantized values rounded to bf16 (exact unless below 2**-130; a NaN/Inf
     block gives NaN). Other rows are neither read nor written. Returns the path taken."""
@@ -190,36 +203,37 @@ def quantize_a2_mxfp8(act: torch.Tensor, a2: torch.Tensor, seg_start: torch.Tens
         raise ConfigError("elem", f"one of {MX_ELEMS}", repr(elem))
     if mode not in MX_MODES:
         raise ConfigError("mode", f"one of {MX_MODES}", repr(mode))
-    _check_blocked(act, a2, seg_start, counts, MX_BLOCK)
+    _check_blocked(act, a2, rows, count, MX_BLOCK)
     if act.device.type != "cuda":
-        quantize_a2_mxfp8_torch(act, a2, seg_start, counts, elem, mode)
+        quantize_a2_mxfp8_torch(act, a2, rows, count, elem, mode)
         return PATH_TORCH
-    return _launch(f"mxfp8_{elem}_{mode}", act, ((a2, "BFloat16", 16),), seg_start, counts,
+    return _launch(f"mxfp8_{elem}_{mode}", act, ((a2, "BFloat16", 16),), rows, count,
                    (0,))  # g_bits: not read by the MXFP8 quantizer
 
 
 NVFP4_BLOCK = 16  # = a2_quant_kernel.NVFP4_BLOCK
 
 
-def quantize_a2_nvfp4_torch(act, a2, seg_start, counts, global_scale: float) -> None:
-    """The Torch path of ``quantize_a2_nvfp4`` (syncs on the counts)."""
+def quantize_a2_nvfp4_torch(act, a2, rows, count, global_scale: float) -> None:
+    """The Torch path of ``quantize_a2_nvfp4`` (syncs on the count)."""
     from megamoe.experts.mxfp4 import E2M1_MAGNITUDES
 
     cols = act.shape[1]
     mags = torch.tensor(E2M1_MAGNITUDES, dtype=torch.float32, device=act.device)
-    for lo, hi in _live_segments(act, seg_start, counts):
-        packed, sc = quantize_nvfp4(act[lo:hi], global_scale)
-        codes = packed.to(torch.int64)
-        code = torch.stack((codes & 0xF, codes >> 4), dim=-1).reshape(hi - lo, cols)
-        val = torch.where((code & 8) != 0, -mags[code & 7], mags[code & 7])
-        s32 = sc.to(torch.float32)
-        out = val.reshape(hi - lo, cols // NVFP4_BLOCK, NVFP4_BLOCK) * s32.unsqueeze(-1)
-        a2[lo:hi] = out.reshape(hi - lo, cols).to(torch.bfloat16)
+    idx = _listed(act, rows, count)
+    m = idx.numel()
+    packed, sc = quantize_nvfp4(act[idx], global_scale)
+    codes = packed.to(torch.int64)
+    code = torch.stack((codes & 0xF, codes >> 4), dim=-1).reshape(m, cols)
+    val = torch.where((code & 8) != 0, -mags[code & 7], mags[code & 7])
+    s32 = sc.to(torch.float32)
+    out = val.reshape(m, cols // NVFP4_BLOCK, NVFP4_BLOCK) * s32.unsqueeze(-1)
+    a2[idx] = out.reshape(m, cols).to(torch.bfloat16)
 
 
-def quantize_a2_nvfp4(act: torch.Tensor, a2: torch.Tensor, seg_start: torch.Tensor,
-                      counts: torch.Tensor, global_scale: float) -> str:
-    """A2 of the ``nvfp4`` recipe (CONTRACTS.md s4-s5): every live row of the float32 ``act``
+def quantize_a2_nvfp4(act: torch.Tensor, a2: torch.Tensor, rows: torch.Tensor,
+                      count: torch.Tensor, global_scale: float) -> str:
+    """A2 of the ``nvfp4`` recipe (CONTRACTS.md s4-s5): every listed row of the float32 ``act``
     quantized to NVFP4 with ``g = global_scale`` (blocks of 16 along ``I``) and written into
     ``a2`` as ``e2m1(code) * float32(s)`` in bf16 (exact), **without** ``g`` (FC2 applies it
     in float32). A NaN/Inf block gives NaN. Returns the path taken."""
@@ -229,9 +243,9 @@ def quantize_a2_nvfp4(act: torch.Tensor, a2: torch.Tensor, seg_start: torch.Tens
     if not (isinstance(global_scale, int | float) and math.isfinite(global_scale)
             and global_scale > 0):
         raise ConfigError("global_scale", "a finite float > 0", global_scale)
-    _check_blocked(act, a2, seg_start, counts, NVFP4_BLOCK)
+    _check_blocked(act, a2, rows, count, NVFP4_BLOCK)
     if act.device.type != "cuda":
-        quantize_a2_nvfp4_torch(act, a2, seg_start, counts, float(global_scale))
+        quantize_a2_nvfp4_torch(act, a2, rows, count, float(global_scale))
         return PATH_TORCH
     g_bits = struct.unpack("<i", struct.pack("<f", float(global_scale)))[0]
-    return _launch("nvfp4", act, ((a2, "BFloat16", 16),), seg_start, counts, (g_bits,))
+    return _launch("nvfp4", act, ((a2, "BFloat16", 16),), rows, count, (g_bits,))

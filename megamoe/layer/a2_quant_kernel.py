@@ -3,7 +3,7 @@ CuTe DSL launch (CONTRACTS.md s4 safe FP8, s5 step 5).
 
 The safe-FP8 scale of a row spans all ``I`` columns, which no FC1 tile sees whole (a tile
 holds ``tile_n / 2`` of them), so FC1 writes ``act`` in float32 and this kernel quantizes
-each live row (``seg_start[e] <= r < seg_start[e] + counts[e]``, read on the device):
+each listed row (``rows[i]`` for ``i < n``, the GEMM rows of the routes, read on the device):
 
 - ``amax`` = the largest ``bits & 0x7FFFFFFF`` of the row (exact; NaN/Inf seen by the same
   bits): per thread over 16-byte loads, per warp by shuffles, per block through shared
@@ -16,9 +16,10 @@ each live row (``seg_start[e] <= r < seg_start[e] + counts[e]``, read on the dev
 - a row holding NaN/Inf gets ``d = NaN`` and NaN payload (its outputs become NaN, never a
   plausible value; the oracle refuses such an A2).
 
-Grid: ``min(M_cap, MAX_BLOCKS)`` blocks of ``THREADS``; every block walks the experts'
-segments and takes rows ``seg_start[e] + bid, + grid, ...`` (work scales with live rows).
-Rows outside the live segments are neither read nor written.
+Grid: ``min(max_rows, MAX_BLOCKS)`` blocks of ``THREADS``; block ``b`` takes the listed rows
+``rows[b], rows[b + grid], ...`` below ``n`` (work scales with the live routes, spread evenly
+over the blocks). Rows not listed, and listed rows outside ``[0, M_cap)``, are neither read
+nor written.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils as cutlass_utils
-from cutlass import BFloat16, Float32, Int16, Int32
+from cutlass import BFloat16, Float32, Int16, Int32, Int64
 from cutlass.cute.runtime import make_ptr
 
 from megamoe.kernel_registry import register_kernel
@@ -58,20 +59,20 @@ _sat_e4m3 = make_sat_fp8("e4m3")
 
 
 @cute.jit
-def _for_live_rows(seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer, num_experts: Int32,
-                   m_cap: Int32, row, ctx):
-    """``row(r, ctx)`` (a ``@cute.jit`` function, inlined) for every live row ``r`` of the
-    grouped layout this block owns: ``seg_start[e] + bid, + grid, ...`` below ``min(seg_start[e]
-    + max(counts[e], 0), seg_start[e + 1], M_cap)`` (module docstring)."""
+def _for_listed_rows(rows_ptr: cute.Pointer, n_ptr: cute.Pointer, max_rows: Int32,
+                     m_cap: Int32, row, ctx):
+    """``row(r, ctx)`` (a ``@cute.jit`` function, inlined) for ``r = rows[i]``, ``i = bid,
+    bid + grid, ...`` below ``min(max(n, 0), max_rows)`` (``rows`` and ``n`` int64, both
+    read on the device); an ``r`` outside ``[0, M_cap)`` is skipped (module docstring)."""
     bidx, _, _ = cute.arch.block_idx()
     gdim, _, _ = cute.arch.grid_dim()
-    seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
-    cnt = cute.make_tensor(cnt_ptr, cute.make_layout(num_experts))
-    for e in range(num_experts):
-        lo = seg[e]
-        hi = cutlass.min(cutlass.min(lo + cutlass.max(cnt[e], Int32(0)), seg[e + 1]), m_cap)
-        for r in range(lo + bidx, hi, gdim):
-            row(r, ctx)
+    m_rows = cute.make_tensor(rows_ptr, cute.make_layout(max_rows))
+    m_n = cute.make_tensor(n_ptr, cute.make_layout(1))
+    n = Int32(cutlass.min(cutlass.max(m_n[0], Int64(0)), Int64(max_rows)))
+    for i in range(bidx, n, gdim):
+        r = m_rows[i]
+        if (r >= Int64(0)) & (r < Int64(m_cap)):
+            row(Int32(r), ctx)
 
 
 @cute.jit
@@ -123,8 +124,8 @@ def _safe_fp8_row(r: Int32, ctx):
 @cute.kernel
 def _a2_kernel(
     act_ptr: cute.Pointer, out_ptr: cute.Pointer, d_ptr: cute.Pointer,
-    seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-    m_cap: Int32, cols: Int32, num_experts: Int32,
+    rows_ptr: cute.Pointer, n_ptr: cute.Pointer,
+    m_cap: Int32, cols: Int32, max_rows: Int32,
 ):
     smem = cutlass_utils.SmemAllocator()
     red = smem.allocate_tensor(Int32, cute.make_layout(WARPS), 16)
@@ -133,17 +134,17 @@ def _a2_kernel(
     m_act = cute.make_tensor(act_ptr, cute.make_layout((m_cap, nvec, VEC), stride=(row_s, VEC, 1)))
     m_out = cute.make_tensor(out_ptr, cute.make_layout((m_cap, nvec, VEC), stride=(row_s, VEC, 1)))
     m_d = cute.make_tensor(d_ptr, cute.make_layout((m_cap, LANES), stride=(LANES, 1)))
-    _for_live_rows(seg_ptr, cnt_ptr, num_experts, m_cap, _safe_fp8_row,
-                   (m_act, m_out, m_d, red, nvec))
+    _for_listed_rows(rows_ptr, n_ptr, max_rows, m_cap, _safe_fp8_row,
+                     (m_act, m_out, m_d, red, nvec))
 
 
 @cute.jit
 def a2_launch(
     act_ptr: cute.Pointer, out_ptr: cute.Pointer, d_ptr: cute.Pointer,
-    seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-    m_cap: Int32, cols: Int32, num_experts: Int32, blocks: Int32, stream: cuda.CUstream,
+    rows_ptr: cute.Pointer, n_ptr: cute.Pointer,
+    m_cap: Int32, cols: Int32, max_rows: Int32, blocks: Int32, stream: cuda.CUstream,
 ):
-    _a2_kernel(act_ptr, out_ptr, d_ptr, seg_ptr, cnt_ptr, m_cap, cols, num_experts).launch(
+    _a2_kernel(act_ptr, out_ptr, d_ptr, rows_ptr, n_ptr, m_cap, cols, max_rows).launch(
         grid=[blocks, 1, 1], block=[THREADS, 1, 1], smem=4 * WARPS + 16, stream=stream
     )
 
@@ -154,11 +155,11 @@ def _ptr(dtype, align: int):
 
 def compile_a2_safe_fp8():
     """``cute.compile`` the A2 quantizer; every size and pointer is a runtime argument
-    ``(act, a2, d, seg_start, counts, M_cap, I, E, blocks, stream)``."""
+    ``(act, a2, d, rows, n, M_cap, I, max_rows, blocks, stream)``."""
     i0 = Int32(0)
     return cute.compile(
         a2_launch, _ptr(Float32, 16), _ptr(Int16, 8), _ptr(Float32, 16),
-        _ptr(Int32, 4), _ptr(Int32, 4), i0, i0, i0, i0, cuda.CUstream(0),
+        _ptr(Int64, 8), _ptr(Int64, 8), i0, i0, i0, i0, cuda.CUstream(0),
     )
 
 
@@ -200,13 +201,13 @@ def _make_block_launch(block: int, encode, prepare=None):
     the live rows as ``_a2_kernel`` does), written as bf16. ``encode(amax_bits, pre)``
     returns the per-element map float32 -> bf16 of a block, ``pre = prepare(g_bits)`` is
     computed once per thread (``None`` without ``prepare``). Runtime arguments ``(act, a2,
-    seg_start, counts, M_cap, I, E, g_bits, blocks, stream)``."""
+    rows, n, M_cap, I, max_rows, g_bits, blocks, stream)``."""
 
     @cute.kernel
     def kernel(
         act_ptr: cute.Pointer, out_ptr: cute.Pointer,
-        seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-        m_cap: Int32, cols: Int32, num_experts: Int32, g_bits: Int32,
+        rows_ptr: cute.Pointer, n_ptr: cute.Pointer,
+        m_cap: Int32, cols: Int32, max_rows: Int32, g_bits: Int32,
     ):
         nblk = cols // block
         row_s = cute.assume(cols, divby=block)
@@ -217,17 +218,17 @@ def _make_block_launch(block: int, encode, prepare=None):
         pre = None
         if cutlass.const_expr(prepare is not None):
             pre = prepare(g_bits)
-        _for_live_rows(seg_ptr, cnt_ptr, num_experts, m_cap, _block_row,
-                       (m_act, m_out, nblk, block, encode, pre))
+        _for_listed_rows(rows_ptr, n_ptr, max_rows, m_cap, _block_row,
+                         (m_act, m_out, nblk, block, encode, pre))
 
     @cute.jit
     def launch(
         act_ptr: cute.Pointer, out_ptr: cute.Pointer,
-        seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-        m_cap: Int32, cols: Int32, num_experts: Int32, g_bits: Int32, blocks: Int32,
+        rows_ptr: cute.Pointer, n_ptr: cute.Pointer,
+        m_cap: Int32, cols: Int32, max_rows: Int32, g_bits: Int32, blocks: Int32,
         stream: cuda.CUstream,
     ):
-        kernel(act_ptr, out_ptr, seg_ptr, cnt_ptr, m_cap, cols, num_experts, g_bits).launch(
+        kernel(act_ptr, out_ptr, rows_ptr, n_ptr, m_cap, cols, max_rows, g_bits).launch(
             grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream
         )
 
@@ -239,7 +240,7 @@ def _compile_block(launch):
     i0 = Int32(0)
     return cute.compile(
         launch, _ptr(Float32, 16), _ptr(BFloat16, 16),
-        _ptr(Int32, 4), _ptr(Int32, 4), i0, i0, i0, i0, i0, cuda.CUstream(0),
+        _ptr(Int64, 8), _ptr(Int64, 8), i0, i0, i0, i0, i0, cuda.CUstream(0),
     )
 
 
@@ -269,7 +270,7 @@ def _make_mx(elem: str, mode: str):
 
 def compile_a2_mxfp8(elem: str, mode: str):
     """``cute.compile`` the MXFP8 A2 quantizer for one (element type, scale mode); runtime
-    arguments ``(act, a2, seg_start, counts, M_cap, I, E, g_bits (unread), blocks,
+    arguments ``(act, a2, rows, n, M_cap, I, max_rows, g_bits (unread), blocks,
     stream)``."""
     return _compile_block(_make_mx(elem, mode))
 
@@ -306,8 +307,8 @@ a2_nvfp4_launch = _make_block_launch(NVFP4_BLOCK, _nvfp4_encode, _nvfp4_prepare)
 
 
 def compile_a2_nvfp4():
-    """``cute.compile`` the NVFP4 A2 quantizer; runtime arguments ``(act, a2, seg_start,
-    counts, M_cap, I, E, g_bits, blocks, stream)``."""
+    """``cute.compile`` the NVFP4 A2 quantizer; runtime arguments ``(act, a2, rows, n,
+    M_cap, I, max_rows, g_bits, blocks, stream)``."""
     return _compile_block(a2_nvfp4_launch)
 
 

@@ -305,15 +305,14 @@ class MoELayer:
                 clamp=cfg.clamp, pre_scale=pre1,
             )
 
-        def a2() -> str:
+        def a2() -> str:  # the GEMM rows of the routes, as the gathers walk them
             if self._nv:
-                return _a2.quantize_a2_nvfp4(self._act, self._a2, self._seg, self._counts,
+                return _a2.quantize_a2_nvfp4(self._act, self._a2, self._pos, n,
                                              cfg.nvfp4_a2_scale)
             if self._mx8:
-                return _a2.quantize_a2_mxfp8(self._act, self._a2, self._seg, self._counts,
+                return _a2.quantize_a2_mxfp8(self._act, self._a2, self._pos, n,
                                              cfg.mxfp8_elem, cfg.mxfp8_mode)
-            return _a2.quantize_a2_safe_fp8(self._act, self._a2, pre2, self._seg,
-                                            self._counts)
+            return _a2.quantize_a2_safe_fp8(self._act, self._a2, pre2, self._pos, n)
 
         def fc2() -> str:
             return _gemm.grouped_gemm(self._a2, self._w2, self._seg, self._counts, self._h2,

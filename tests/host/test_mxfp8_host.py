@@ -13,7 +13,7 @@ from megamoe.experts import api
 from megamoe.experts.api import grouped_gemm
 from megamoe.experts.mxfp8 import Mxfp8Matrix, quantize_mxfp8_weights
 from megamoe.layer import LayerConfig, MoELayer
-from megamoe.layer.a2_quant import quantize_a2_mxfp8
+from megamoe.layer.a2_quant import quantize_a2_mxfp8, segment_rows
 from megamoe.layer.permute import widen_mx_rows
 from oracle import formats as of
 from oracle.ffn import rows_matmul, swiglu
@@ -75,7 +75,7 @@ def test_mxfp8_gather_and_a2_give_the_oracles_dequantized_values(elem, mode) -> 
     act = torch.randn(int(seg[-1]), 64, generator=g) * 1e-3
     act[129] *= 1e-33  # a tiny row: e clamps at -127
     a2 = torch.full_like(act, 5.0, dtype=torch.bfloat16)
-    quantize_a2_mxfp8(act, a2, seg, counts, elem, mode)
+    quantize_a2_mxfp8(act, a2, *segment_rows(seg, counts, act.shape[0]), elem, mode)
     live = live_mask(seg.tolist(), counts.tolist(), act.shape[0])
     p2, s2 = of.quantize_mxfp8(act[live], elem=elem, mode=mode)
     assert same_bits(a2[live], of.dequantize_mxfp8(p2, s2).to(torch.bfloat16))
@@ -104,7 +104,7 @@ def test_cpu_mxfp8_layer_meets_the_oracle(elem, mode, late, prequantized) -> Non
 def test_planted_a2_not_quantized_is_caught_for_mxfp8(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import megamoe.layer.moe_layer as ml
 
-    def bf16_a2(act, a2, seg, counts, elem, mode):  # type: ignore[no-untyped-def]
+    def bf16_a2(act, a2, rows, count, elem, mode):  # type: ignore[no-untyped-def]
         a2.copy_(act.to(torch.bfloat16))
         return "torch"
 

@@ -12,7 +12,7 @@ import torch
 from megamoe.experts import api
 from megamoe.experts.nvfp4 import Nvfp4Matrix, quantize_nvfp4_weights
 from megamoe.layer import LayerConfig, MoELayer
-from megamoe.layer.a2_quant import quantize_a2_nvfp4
+from megamoe.layer.a2_quant import quantize_a2_nvfp4, segment_rows
 from megamoe.layer.permute import widen_nvfp4_rows
 from oracle import formats as of
 from tests.bitwise import same_bits
@@ -49,7 +49,7 @@ def test_nvfp4_gather_and_a2_give_the_oracles_values_without_g() -> None:
     seg = api.padded_segment_starts(counts)
     act = torch.randn(int(seg[-1]), 64, generator=g)
     a2 = torch.full_like(act, 5.0, dtype=torch.bfloat16)
-    quantize_a2_nvfp4(act, a2, seg, counts, 0.05)
+    quantize_a2_nvfp4(act, a2, *segment_rows(seg, counts, act.shape[0]), 0.05)
     live = live_mask(seg.tolist(), counts.tolist(), act.shape[0])
     c2, s2 = of.quantize_nvfp4(act[live], global_scale=0.05)
     assert same_bits(a2[live], of.dequantize_nvfp4(c2, s2, 1.0).to(torch.bfloat16))

@@ -13,7 +13,7 @@ from megamoe.experts.api import grouped_gemm, padded_segment_starts
 from megamoe.experts.mxfp4_gemm_kernel import MXFP8_CONFIGS
 from megamoe.experts.mxfp8 import Mxfp8Matrix
 from megamoe.layer import permute
-from megamoe.layer.a2_quant import quantize_a2_mxfp8, quantize_a2_mxfp8_torch
+from megamoe.layer.a2_quant import quantize_a2_mxfp8, quantize_a2_mxfp8_torch, segment_rows
 from megamoe.layer.permute import widen_mx_rows
 from tests.host.test_grouped_gemm_host import poison_
 from tests.mxfp4_case import make_mxfp4_case
@@ -84,17 +84,18 @@ def gather_matches_the_torch_path(widen, src, scales, live: int, cols: int, gen,
 
 def a2_matches_the_torch_path(quantize, quantize_torch, act, nan_cols: slice, device,
                               *extra) -> None:
-    """``quantize(act, a2, seg, counts, *extra)`` (an A2 quantizer) on the GPU equals its
+    """``quantize(act, a2, rows, n, *extra)`` (an A2 quantizer) on the GPU equals its
     PyTorch path bit for bit over the live rows of counts ``[3, 0, 129, 1]``; row 1's block
     ``nan_cols`` (holding a NaN/Inf) is NaN; rows outside the segments keep their fill."""
     counts = torch.tensor([3, 0, 129, 1], dtype=torch.int32)
     seg = padded_segment_starts(counts)
     assert act.shape[0] == int(seg[-1]) + 128
-    act, seg, counts = act.to(device), seg.to(device), counts.to(device)
+    act = act.to(device)
+    rows, n = segment_rows(seg.to(device), counts.to(device), act.shape[0])
     got = torch.full(act.shape, 9.0, dtype=torch.bfloat16, device=device)
     want = got.clone()
-    assert quantize(act, got, seg, counts, *extra) == "kernel"
-    quantize_torch(act, want, seg, counts, *extra)
+    assert quantize(act, got, rows, n, *extra) == "kernel"
+    quantize_torch(act, want, rows, n, *extra)
     assert _same_values(got.cpu(), want.cpu())
     assert bool(got[1, nan_cols].isnan().all()) and bool((got[3:128] == 9.0).all())
 
