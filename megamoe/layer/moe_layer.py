@@ -55,6 +55,7 @@ from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.experts.mxfp8 import Mxfp8Matrix
 from megamoe.layer import a2_quant as _a2
 from megamoe.layer import permute as _permute
+from megamoe.layer import route_glue as _glue
 from megamoe.layer import weights as _weights
 from megamoe.layer.config import LayerConfig
 from megamoe.workspace import StageFormat
@@ -123,12 +124,16 @@ class MoELayer:
         self._out = torch.zeros(c, h, dtype=torch.bfloat16, device=dev)
         self._counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self._seg = torch.zeros(e + 1, dtype=torch.int32, device=dev)
-        self._route = torch.arange(routes, dtype=torch.int64, device=dev)
         self._rows = torch.arange(c, dtype=torch.int64, device=dev)
         self._src_row = torch.zeros(routes, dtype=torch.int64, device=dev)
         self._pos = torch.zeros(routes, dtype=torch.int64, device=dev)
         self._term_row = torch.zeros(routes, dtype=torch.int64, device=dev)
         self._live = torch.zeros(1, dtype=torch.int32, device=dev)
+        self._g_act = torch.stack((self._g_in, self._g_a2))
+        self._tables = _glue.RouteTables(
+            self._counts, self._seg, self._src_row, self._pos, self._term_row, self._row_scale,
+            (self._pre1, self._pre2) if self._nv else None,
+        )
         self._warm = False
         self._destroyed = False
         self.last_paths: dict[str, str] | None = None
@@ -206,6 +211,7 @@ class MoELayer:
                         score_dtypes=(topk_weights.dtype,))
         if self.device.type == "cuda":
             _dispatch.warmup(self.device)
+            _glue.warmup(self.device)
             _permute.warmup(self.device, torch.int64, torch.int64)
             _permute.warmup(self.device, torch.int64, torch.int32)
             cfg = self.config
@@ -340,31 +346,13 @@ class MoELayer:
     __call__ = forward
 
     def _route_indices(self, lay) -> None:
-        """Device-side glue (graph-capturable): counts, padded segment starts, and for every
-        routed slot ``i < N`` its source row, its GEMM row and its term row; its score into
-        the GEMM row's scale. Entries ``i >= N`` point at row 0 / the spare scale entry and
-        are never used by the permutes (they stop at ``N``)."""
-        cfg = self.config
-        self._counts.copy_(lay.expert_counts)
-        self._seg.copy_(_gemm.padded_segment_starts(self._counts))
-        valid = self._route < lay.num_routes
-        expert = torch.where(valid, lay.order_expert[: self._route.numel()], 0)
-        rank_row_slot = lay.order[: self._route.numel()]
-        row = torch.where(valid, rank_row_slot[:, 1], 0)
-        slot = torch.where(valid, rank_row_slot[:, 2], 0)
-        pos = self._seg.to(torch.int64)[expert] + self._route - lay.expert_offsets[expert]
-        self._src_row.copy_(row)
-        self._pos.copy_(torch.where(valid, pos, 0))
-        self._term_row.copy_(row * cfg.top_k + slot)
-        score = self._stage_ws.scores[row, slot]
-        spare = torch.full_like(pos, self._m_cap)
-        dest = torch.where(valid, pos, spare)
-        self._row_scale.index_copy_(0, dest, score)
-        if self._nv:  # g of the activation times g of the expert's weights, per GEMM row
-            for pre, g_act, w in ((self._pre1, self._g_in, self._w13),
-                                  (self._pre2, self._g_a2, self._w2)):
-                g = (g_act * w.global_scale)[expert]
-                pre.index_copy_(0, dest, g.unsqueeze(1).expand(-1, pre.shape[1]))
+        """The route tables (``megamoe.layer.route_glue``): counts, padded segment starts,
+        and for every routed slot ``i < N`` its source row, GEMM row and term row; its score
+        into the GEMM row's scale (nvfp4: the row's global-scale products into the pre-scale
+        wires)."""
+        g = (_glue.GlobalScales(self._g_act, self._w13.global_scale, self._w2.global_scale)
+             if self._nv else None)
+        _glue.build_route_tables(lay, self._stage_ws.scores, self.config.top_k, self._tables, g)
 
     def check_errors(self) -> None:
         """Raise ``RouteError`` for the first bad route recorded by forwards run under CUDA
@@ -378,7 +366,7 @@ class MoELayer:
             return
         for name in ("_w13", "_w2", "_stage_ws", "_layout_ws", "_a1", "_a2", "_h2", "_pre1", "_g_in", "_g_a2",
                      "_pre2", "_act",
-                     "_row_scale", "_terms", "_out", "_counts", "_seg", "_route", "_rows",
+                     "_row_scale", "_terms", "_out", "_counts", "_seg", "_tables", "_g_act", "_rows",
                      "_src_row", "_pos", "_term_row", "_live"):
             setattr(self, name, None)
         self._destroyed = True
