@@ -163,6 +163,27 @@ def make_locate(n_tiles: int):
     return locate
 
 
+def make_locate_cta(n_tiles: int):
+    """``locate_cta(bid, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live,
+    live_end)``: ``make_locate``'s ``locate`` for the kernels that give each CTA one tile of
+    a grid over all ``M_cap`` tiles; a CTA past the live tiles (``live_m_tiles``) is dead
+    after one load, without the expert search."""
+    locate = make_locate(n_tiles)
+
+    @cute.jit
+    def locate_cta(bid: Int32, m_cap: Int32, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+                   num_experts: Int32):
+        m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts)
+        live = bid < m_tiles * n_tiles
+        pid_m, pid_n, e, row0, live_end = bid, bid, Int32(0), Int32(0), Int32(0)
+        if live:
+            pid_m, pid_n, e, row0, live, live_end = locate(bid, m_tiles, m_cap, seg_ptr,
+                                                           cnt_ptr, num_experts)
+        return pid_m, pid_n, e, row0, live, live_end
+
+    return locate_cta
+
+
 def make_store(swiglu: bool, n_out: int, out_f32: bool):
     """The epilogue of one thread's accumulators (module docstring): float32 math, one
     rounding to the output type (bf16, or float32 when ``out_f32``), rows at or past
@@ -232,6 +253,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
     stage_elems = (TILE_M + tile_n) * TILE_K
     tx_bytes = stage_elems * 2
     locate = make_locate(n_tiles)
+    locate_cta = make_locate_cta(n_tiles)
     store = make_store(swiglu, n_out, out_f32)
 
     @cute.struct
@@ -252,12 +274,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts)
-        live = bid < m_tiles * n_tiles  # later CTAs hold padding tiles only: exit at once
-        pid_m, pid_n, e, row0, live_end = bid, bid, Int32(0), Int32(0), Int32(0)
-        if live:
-            pid_m, pid_n, e, row0, live, live_end = locate(bid, m_tiles, m_cap, seg_ptr,
-                                                           cnt_ptr, num_experts)
+        pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
+                                                           num_experts)
 
         if live:
             if warp_idx == 0:

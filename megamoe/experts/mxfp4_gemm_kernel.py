@@ -53,8 +53,7 @@ from megamoe.experts.grouped_gemm_kernel import (
     TILE_M,
     KernelConfig,
     _fake_ptr,
-    live_m_tiles,
-    make_locate,
+    make_locate_cta,
     make_store,
 )
 from megamoe.kernel_registry import register_kernel
@@ -133,7 +132,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     # multiple of 16; the API checks the scale tensor is 16-byte aligned)
     scale_vec = math.gcd(16, tile_n * k_scales, n * k_scales)
     run_vecs = tile_n * k_scales // scale_vec
-    locate = make_locate(n_tiles)
+    locate_cta = make_locate_cta(n_tiles)
     store = make_store(swiglu, n_out, out_f32)
 
     @cute.struct
@@ -210,12 +209,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts)
-        live = bid < m_tiles * n_tiles  # later CTAs hold padding tiles only: exit at once
-        pid_m, pid_n, e, row0, live_end = bid, bid, Int32(0), Int32(0), Int32(0)
-        if live:
-            pid_m, pid_n, e, row0, live, live_end = locate(bid, m_tiles, m_cap, seg_ptr,
-                                                           cnt_ptr, num_experts)
+        pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
+                                                           num_experts)
 
         if live:
             if warp_idx == 0:
