@@ -111,8 +111,9 @@ def _check(lay, scores: torch.Tensor, tables: RouteTables, g: GlobalScales | Non
         raise ConfigError("g", "given exactly when tables.pre is", "mismatch")
 
 
-def _torch_path(lay, scores: torch.Tensor, top_k: int, tables: RouteTables,
-                g: GlobalScales | None) -> None:
+def build_route_tables_torch(lay, scores: torch.Tensor, top_k: int, tables: RouteTables,
+                             g: GlobalScales | None = None) -> None:
+    """The PyTorch path (module docstring): device ops over all ``R`` entries (no sync)."""
     r = tables.src_row.numel()
     m_cap = tables.row_scale.numel() - 1
     route = torch.arange(r, dtype=torch.int64, device=tables.pos.device)
@@ -142,7 +143,7 @@ def build_route_tables(lay, scores: torch.Tensor, top_k: int, tables: RouteTable
     _check(lay, scores, tables, g)
     device = tables.pos.device
     if not _kernel_ok(device):
-        _torch_path(lay, scores, top_k, tables, g)
+        build_route_tables_torch(lay, scores, top_k, tables, g)
         return PATH_TORCH
     import cuda.bindings.driver as cuda
     import cutlass

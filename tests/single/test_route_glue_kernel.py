@@ -15,8 +15,8 @@ from megamoe.layer.route_glue import (
     PATH_KERNEL,
     GlobalScales,
     RouteTables,
-    _torch_path,
     build_route_tables,
+    build_route_tables_torch,
     warmup,
 )
 
@@ -70,7 +70,7 @@ def test_kernel_tables_equal_the_torch_path(cuda_device, nv, mask_p) -> None:
     g = _scales(cuda_device) if nv else None
     got, want = _tables(cuda_device, nv), _tables(cuda_device, nv)
     assert build_route_tables(lay, scores, K, got, g) == PATH_KERNEL
-    _torch_path(lay, scores, K, want, g)
+    build_route_tables_torch(lay, scores, K, want, g)
     n = int(lay.num_routes[0])
     _same(got, want, n)
     assert bool((got.src_row[n:] == -7).all()), "entries past N were written"
@@ -94,5 +94,5 @@ def test_kernel_tables_follow_changed_routes_under_a_graph(cuda_device) -> None:
         graph.replay()
         want = _tables(cuda_device, False)
         fresh = dispatch.dispatch_layout(ids.clone(), E, 1)
-        _torch_path(fresh, scores, K, want, None)
+        build_route_tables_torch(fresh, scores, K, want, None)
         _same(got, want, int(fresh.num_routes[0]))
