@@ -44,7 +44,7 @@ from megamoe.staging.dsl_bits import (
     sel,
 )
 from megamoe.staging.nvfp4_kernel import e2m1_code, nvfp4_block_scale
-from megamoe.staging.safe_fp8_kernel import fsel, safe_fp8_scale
+from megamoe.staging.safe_fp8_kernel import block_max, fsel, safe_fp8_scale
 
 THREADS = 128
 WARPS = THREADS // 32
@@ -76,21 +76,6 @@ def _for_listed_rows(rows_ptr: cute.Pointer, n_ptr: cute.Pointer, max_rows: Int3
 
 
 @cute.jit
-def _block_max(v: Int32, red, lane: Int32, warp: Int32) -> Int32:
-    """The largest ``v`` of the block's ``THREADS`` threads (this one: ``lane`` of ``warp``),
-    in every thread: per warp by shuffles, then through the ``WARPS`` int32 of shared memory
-    ``red`` (the caller synchronizes before ``red`` is written again)."""
-    v = cute.arch.warp_reduction_max(v)
-    if lane == Int32(0):
-        red[warp] = v
-    cute.arch.sync_threads()
-    out = red[0]
-    for w in cutlass.range_constexpr(1, WARPS):
-        out = cutlass.max(out, red[w])
-    return out
-
-
-@cute.jit
 def _safe_fp8_row(r: Int32, ctx):
     """Safe FP8 of row ``r`` (module docstring); ``ctx = (m_act, m_out, m_d, red, nvec)``."""
     m_act, m_out, m_d, red, nvec = ctx
@@ -103,7 +88,7 @@ def _safe_fp8_row(r: Int32, ctx):
         f.store(m_act[r, c, None].load())
         for j in cutlass.range_constexpr(VEC):
             amax_b = cutlass.max(amax_b, f2i(f[j]) & 0x7FFFFFFF)
-    q, d, bad_i, tiny_i = safe_fp8_scale(_block_max(amax_b, red, lane, warp))
+    q, d, bad_i, tiny_i = safe_fp8_scale(block_max(amax_b, red, lane, warp, WARPS))
     bad = bad_i != Int32(0)
     tiny = tiny_i != Int32(0)
     for c in range(tidx, nvec, THREADS):
