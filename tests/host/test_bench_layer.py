@@ -97,3 +97,20 @@ def test_layer_stages_table_lists_every_stage_of_the_plan_in_order() -> None:
     assert table[0] == ("| case | stage (us) | layout (us) | fc1 (us) | a2 (us) | "
                         "forward (us) |")
     assert table[2] == "| fp8_mxfp4 deepseek-uniform-T1 | 2.0 | 50.0 | 100.0 | 3.0 | 200.0 |"
+
+
+def test_mx_gemm_table_has_a_column_per_variant() -> None:
+    from megamoe.bench.mx_gemm import render
+
+    rows = [{"case": "mxfp4 deepseek T1 fc1", "experts": 8, "rows_per_expert": 1,
+             "median_s": {"n64s4": 1.8e-4, "m64n64s6": 1.2e-4}}]
+    table = render(rows).splitlines()
+    assert table[0] == "| case | experts x rows | n64s4 (us) | m64n64s6 (us) |"
+    assert table[2] == "| mxfp4 deepseek T1 fc1 | 8 x 1 | 180.0 | 120.0 |"
+
+
+def test_mx_gemm_refuses_an_unknown_variant_before_touching_a_gpu() -> None:
+    from megamoe.bench.mx_gemm import profile
+
+    with pytest.raises(SystemExit, match="n999s9"):
+        profile("mxfp4", "deepseek", 1, ["n64s4", "n999s9"], 1, 1)
