@@ -80,18 +80,21 @@ PRE_LANES = 4
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """One compiled variant (TILE_M, TILE_K fixed): column tile, pipeline depth, and whether
-    the kernel is warp-specialized and persistent (``ws``: a producer warp feeds two MMA
-    warpgroups; CTAs loop over tiles, so the epilogue of one tile overlaps the loads of the
-    next)."""
+    """One compiled variant (TILE_K fixed): column tile, pipeline depth, whether the kernel
+    is warp-specialized and persistent (``ws``: a producer warp feeds two MMA warpgroups;
+    CTAs loop over tiles, so the epilogue of one tile overlaps the loads of the next), and
+    the row tile (``tile_m``: ``TILE_M``, two MMA warpgroups; or 64, one, which only the MX
+    GEMM offers: half the A bytes and MMAs per tile when an expert has few rows)."""
 
     tile_n: int
     stages: int
     ws: bool = False
+    tile_m: int = TILE_M
 
     @property
     def name(self) -> str:
-        return f"n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
+        rows = "" if self.tile_m == TILE_M else f"m{self.tile_m}"
+        return f"{rows}n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
 
 
 CONFIGS = (
@@ -117,17 +120,18 @@ def default_config(n: int) -> KernelConfig:
 
 
 @cute.jit
-def live_m_tiles(m_cap: Int32, seg_ptr: cute.Pointer, num_experts: Int32) -> Int32:
-    """The M tiles that can hold a live row: ``ceil(min(seg_start[E], M_cap) / TILE_M)``.
+def live_m_tiles(m_cap: Int32, seg_ptr: cute.Pointer, num_experts: Int32,
+                 tile_m: int = TILE_M) -> Int32:
+    """The M tiles that can hold a live row: ``ceil(min(seg_start[E], M_cap) / tile_m)``.
     Segments are nondecreasing and end at ``seg_start[E]`` (the API's contract), so every
     tile past these is dead: the kernels schedule only ``live_m_tiles * n_tiles`` tiles, and
     a decode-size batch does not pay for the padding ``capacity_rows`` reserves."""
     seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
     end = cutlass.min(cutlass.max(seg[num_experts], Int32(0)), m_cap)
-    return (end + (TILE_M - 1)) // TILE_M
+    return (end + (tile_m - 1)) // tile_m
 
 
-def make_locate(n_tiles: int):
+def make_locate(n_tiles: int, tile_m: int = TILE_M):
     """``locate(tile, m_tiles, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live,
     live_end)`` for tiles ``0 .. m_tiles * n_tiles - 1`` (``m_tiles``: ``live_m_tiles``) of
     ``n_tiles`` column tiles (shared by every variant of the grouped GEMM).
@@ -146,7 +150,7 @@ def make_locate(n_tiles: int):
         local = tile - group * (GROUP_M * n_tiles)
         pid_m = first_m + local % group_size
         pid_n = local // group_size
-        row0 = pid_m * TILE_M
+        row0 = pid_m * tile_m
         lane = cute.arch.lane_idx()
         seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
         cnt = cute.make_tensor(cnt_ptr, cute.make_layout(num_experts))
@@ -163,17 +167,17 @@ def make_locate(n_tiles: int):
     return locate
 
 
-def make_locate_cta(n_tiles: int):
+def make_locate_cta(n_tiles: int, tile_m: int = TILE_M):
     """``locate_cta(bid, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live,
     live_end)``: ``make_locate``'s ``locate`` for the kernels that give each CTA one tile of
     a grid over all ``M_cap`` tiles; a CTA past the live tiles (``live_m_tiles``) is dead
     after one load, without the expert search."""
-    locate = make_locate(n_tiles)
+    locate = make_locate(n_tiles, tile_m)
 
     @cute.jit
     def locate_cta(bid: Int32, m_cap: Int32, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
                    num_experts: Int32):
-        m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts)
+        m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts, tile_m)
         live = bid < m_tiles * n_tiles
         pid_m, pid_n, e, row0, live_end = bid, bid, Int32(0), Int32(0), Int32(0)
         if live:
@@ -244,6 +248,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
     ``M_cap`` and ``E`` are runtime."""
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    if cfg.tile_m != TILE_M:
+        raise ValueError(f"config: the bf16 GEMM has tile_m {TILE_M} only, got {cfg.name}")
     swiglu = mode == "swiglu"
     tile_n, stages = cfg.tile_n, cfg.stages
     n_out = n // 2 if swiglu else n

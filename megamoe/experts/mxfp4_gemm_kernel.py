@@ -46,7 +46,6 @@ from cutlass.utils import LayoutEnum
 
 from megamoe.experts.grouped_gemm_kernel import (
     _ALIGN,
-    MMA_WARPGROUPS,
     MODES,
     THREADS,
     TILE_K,
@@ -71,16 +70,20 @@ VALUE_TABLE = {"mxfp4": 16, "mxfp8": 256, "nvfp4": 16}
 included), or every E4M3 byte."""
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
-MXFP4_CONFIGS = (KernelConfig(64, 4), KernelConfig(128, 6))
+MXFP4_CONFIGS = (KernelConfig(64, 4), KernelConfig(128, 6), KernelConfig(64, 6, tile_m=64))
 """The compiled MXFP4 variants, preferred first (one CTA per tile; no persistent variant).
 ``n64s4`` fits two CTAs per SM (about 110 KB of shared memory at K = 7168), so one CTA's
 decode overlaps the other's wgmmas and loads: 1.7x faster than ``n128s6`` at DeepSeek
 FC1/FC2 shapes with two rows per expert (docs/perf.md, "MX GEMM decode")."""
-MXFP8_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 5))
+MXFP8_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 5), KernelConfig(64, 4, tile_m=64))
 """The MXFP8 variants (a stage holds twice the payload bytes: ``n64s3`` is the deepest
 64-column pipeline that still fits two CTAs per SM at K = 7168)."""
-NVFP4_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 4))
-"""The NVFP4 variants (twice the scale bytes of MXFP4 in shared memory: fewer stages)."""
+NVFP4_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 4), KernelConfig(64, 4, tile_m=64))
+"""The NVFP4 variants (twice the scale bytes of MXFP4 in shared memory: fewer stages).
+
+Each format's last variant has 64-row M tiles (``tile_m=64``): one MMA warpgroup, both
+decoding; half the A bytes and wgmmas of a 128-row tile, for experts with at most 64 rows
+(decode-size batches). Not a default yet: it waits for its GPU measurement."""
 CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
@@ -113,13 +116,14 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     row_bytes = ROW_BYTES[weights]
     elems_per_byte = 2 if fp4 else 1
     swiglu = mode == "swiglu"
-    tile_n, stages = cfg.tile_n, cfg.stages
+    tile_n, stages, tile_m = cfg.tile_n, cfg.stages, cfg.tile_m
+    mma_wgs = tile_m // 64  # MMA warpgroups (64 rows each); all THREADS decode
     n_out = n // 2 if swiglu else n
     n_tiles = n // tile_n
     k_tiles = k // TILE_K
     k_scales = k // sblock
-    tile_mnk = (TILE_M, tile_n, TILE_K)
-    tx_bytes = TILE_M * TILE_K * 2 + tile_n * row_bytes
+    tile_mnk = (tile_m, tile_n, TILE_K)
+    tx_bytes = tile_m * TILE_K * 2 + tile_n * row_bytes
     bytes_per_thread = tile_n * row_bytes // THREADS  # fp4: 8 or 16; fp8: 16 or 32
     threads_per_row = row_bytes // bytes_per_thread
     chunks_per_thread = elems_per_byte * bytes_per_thread // CHUNK
@@ -132,13 +136,13 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     # multiple of 16; the API checks the scale tensor is 16-byte aligned)
     scale_vec = math.gcd(16, tile_n * k_scales, n * k_scales)
     run_vecs = tile_n * k_scales // scale_vec
-    locate_cta = make_locate_cta(n_tiles)
+    locate_cta = make_locate_cta(n_tiles, tile_m)
     store = make_store(swiglu, n_out, out_f32)
 
     @cute.struct
     class Storage:
         bars: cute.struct.MemRange[cutlass.Int64, stages * 2]
-        sa: cute.struct.Align[cute.struct.MemRange[BFloat16, TILE_M * TILE_K * stages], _ALIGN]
+        sa: cute.struct.Align[cute.struct.MemRange[BFloat16, tile_m * TILE_K * stages], _ALIGN]
         sb: cute.struct.Align[
             cute.struct.MemRange[BFloat16, tile_n * TILE_K * CONVERT_BUFS], _ALIGN
         ]
@@ -185,17 +189,28 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             s_b16[off // (2 * CHUNK), None].store(frag.load())
 
     @cute.jit
-    def mma(tiled_mma: cute.TiledMma, acc: cute.Tensor, t_ca: cute.Tensor, t_cb: cute.Tensor,
-            stage: Int32, buf: Int32):
-        """Publish the decoded tile to the async proxy, meet, and issue its wgmmas."""
-        cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
-                              space=cute.arch.SharedSpace.shared_cta)
-        cute.arch.sync_threads()
+    def issue(tiled_mma: cute.TiledMma, acc: cute.Tensor, t_ca: cute.Tensor, t_cb: cute.Tensor,
+              stage: Int32, buf: Int32):
+        """This warpgroup's wgmmas of one k tile, one commit group."""
         cute.nvgpu.warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(t_ca, mode=[2])):
             cute.gemm(tiled_mma, acc, t_ca[(None, None, kb, stage)],
                       t_cb[(None, None, kb, buf)], acc)
         cute.nvgpu.warpgroup.commit_group()
+
+    @cute.jit
+    def mma(tiled_mma: cute.TiledMma, acc: cute.Tensor, t_ca: cute.Tensor, t_cb: cute.Tensor,
+            stage: Int32, buf: Int32, wg: Int32):
+        """Publish the decoded tile to the async proxy, meet, and issue its wgmmas (``tile_m
+        = 64``: warpgroup 0 only; warpgroup 1 only decodes)."""
+        cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
+                              space=cute.arch.SharedSpace.shared_cta)
+        cute.arch.sync_threads()
+        if cutlass.const_expr(mma_wgs * 128 == THREADS):
+            issue(tiled_mma, acc, t_ca, t_cb, stage, buf)
+        else:
+            if wg < Int32(mma_wgs):
+                issue(tiled_mma, acc, t_ca, t_cb, stage, buf)
 
     @cute.kernel
     def kernel(
@@ -258,7 +273,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             for v in cutlass.range(tidx, run_vecs, THREADS, unroll=1):
                 s_sv[None, v].store(m_wsv[None, pid_n * run_vecs + v, e].load())
 
-            g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
+            g_a = cute.local_tile(m_a, (tile_m, TILE_K), (pid_m, None))
             g_q = cute.local_tile(m_q, (tile_n, row_bytes), (pid_n, None, e))
             t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
                 tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
@@ -270,11 +285,17 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             )
 
             wg = cute.arch.make_warp_uniform(tidx // 128)
-            thr_mma = tiled_mma.get_slice(cute.make_layout(MMA_WARPGROUPS, stride=128)(wg))
+            # the MMA warpgroup's slice and this thread's accumulator rows (tile_m = 64: the
+            # decode-only warpgroup takes warpgroup 0's, and never uses them)
+            mwg, mtid = wg, tidx
+            if cutlass.const_expr(mma_wgs * 128 != THREADS):
+                mwg = cutlass.min(wg, Int32(mma_wgs - 1))
+                mtid = tidx % (128 * mma_wgs)
+            thr_mma = tiled_mma.get_slice(cute.make_layout(mma_wgs, stride=128)(mwg))
             t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
             t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
-            c_coord = tiled_mma.get_slice(tidx).partition_C(
-                cute.make_identity_tensor((TILE_M, tile_n))
+            c_coord = tiled_mma.get_slice(mtid).partition_C(
+                cute.make_identity_tensor((tile_m, tile_n))
             )
             acc = cute.make_rmem_tensor(c_coord.shape, Float32)
             acc.fill(0.0)
@@ -305,13 +326,13 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             mainloop.consumer_wait(read)
             decode(s_qv, s_s, s_lut, s_b16, b_layout.outer, wrow, b0, read.index, Int32(0),
                    Int32(0))
-            mma(tiled_mma, acc, t_ca, t_cb, read.index, Int32(0))
+            mma(tiled_mma, acc, t_ca, t_cb, read.index, Int32(0), wg)
             read.advance()
             buf = Int32(1)
             for kt in cutlass.range(1, k_tiles, unroll=1):
                 mainloop.consumer_wait(read)
                 decode(s_qv, s_s, s_lut, s_b16, b_layout.outer, wrow, b0, read.index, buf, kt)
-                mma(tiled_mma, acc, t_ca, t_cb, read.index, buf)
+                mma(tiled_mma, acc, t_ca, t_cb, read.index, buf, wg)
                 # tile kt - 1's wgmmas are complete: free its stage and refill it
                 cute.nvgpu.warpgroup.wait_group(1)
                 mainloop.consumer_release(release)
@@ -329,8 +350,13 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
-            store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0, pid_n * tile_n,
-                  live_end, use_scale, use_pre, clamp)
+            if cutlass.const_expr(mma_wgs * 128 == THREADS):
+                store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0, pid_n * tile_n,
+                      live_end, use_scale, use_pre, clamp)
+            else:
+                if wg < Int32(mma_wgs):
+                    store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0,
+                          pid_n * tile_n, live_end, use_scale, use_pre, clamp)
 
     @cute.jit
     def launch(
@@ -347,7 +373,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             BFloat16, BFloat16, LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
             LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), Float32,
-            (MMA_WARPGROUPS, 1, 1), tiler_mn=(64, tile_n),
+            (mma_wgs, 1, 1), tiler_mn=(64, tile_n),
         )
         a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
         b_layout = sm90_utils.make_smem_layout_b(
@@ -358,12 +384,12 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         )
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         tma_a, t_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            g2s, m_a, cute.slice_(a_layout, (None, None, 0)), (TILE_M, TILE_K)
+            g2s, m_a, cute.slice_(a_layout, (None, None, 0)), (tile_m, TILE_K)
         )
         tma_q, t_q = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, row_bytes)
         )
-        tiles = (m_cap + (TILE_M - 1)) // TILE_M * n_tiles
+        tiles = (m_cap + (tile_m - 1)) // tile_m * n_tiles
         kernel(
             tma_a, t_a, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
             wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
@@ -413,6 +439,11 @@ def build_mxfp4_gemm_swiglu():
 @register_kernel("grouped_gemm_mxfp4_plain_k128_n192_n64s4")
 def build_mxfp4_gemm_plain():
     return compile_mxfp4_gemm("plain", 192, 128, KernelConfig(64, 4))
+
+
+@register_kernel("grouped_gemm_mxfp4_swiglu_k256_n256_m64n64s6")
+def build_mxfp4_gemm_swiglu_m64():
+    return compile_mxfp4_gemm("swiglu", 256, 256, KernelConfig(64, 6, tile_m=64))
 
 
 @register_kernel("grouped_gemm_nvfp4_swiglu_f32_k256_n256_n128s4")
