@@ -127,6 +127,19 @@ def live_m_tiles(m_cap: Int32, seg_ptr: cute.Pointer, num_experts: Int32) -> Int
     return (end + (TILE_M - 1)) // TILE_M
 
 
+@cute.jit
+def load_stage(mainloop, prod, kt, tma_a: cute.CopyAtom, t_ga: cute.Tensor, t_sa: cute.Tensor,
+               tma_b: cute.CopyAtom, t_gb: cute.Tensor, t_sb: cute.Tensor):
+    """Producer side of one pipeline stage: acquire stage ``prod``, TMA-load k tile ``kt`` of
+    A and of B (bf16 B, or the MX kernels' packed weights) onto its barrier, commit. The
+    caller advances ``prod``."""
+    mainloop.producer_acquire(prod)
+    bar = mainloop.producer_get_barrier(prod)
+    cute.copy(tma_a, t_ga[(None, kt)], t_sa[(None, prod.index)], tma_bar_ptr=bar)
+    cute.copy(tma_b, t_gb[(None, kt)], t_sb[(None, prod.index)], tma_bar_ptr=bar)
+    mainloop.producer_commit(prod)
+
+
 def make_locate(n_tiles: int):
     """``locate(tile, m_tiles, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live,
     live_end)`` for tiles ``0 .. m_tiles * n_tiles - 1`` (``m_tiles``: ``live_m_tiles``) of
@@ -323,13 +336,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    mainloop.producer_acquire(prod)
-                    bar = mainloop.producer_get_barrier(prod)
-                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    cute.copy(tma_b, t_gb[(None, prod.count)], t_sb[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    mainloop.producer_commit(prod)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
                     prod.advance()
 
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
@@ -358,13 +365,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                 release.advance()
                 read.advance()
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    mainloop.producer_acquire(prod)
-                    bar = mainloop.producer_get_barrier(prod)
-                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    cute.copy(tma_b, t_gb[(None, prod.count)], t_sb[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    mainloop.producer_commit(prod)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
@@ -428,13 +429,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                             cute.group_modes(g_b, 0, 2),
                         )
                         for kt in cutlass.range(k_tiles, unroll=1):
-                            mainloop.producer_acquire(prod)
-                            bar = mainloop.producer_get_barrier(prod)
-                            cute.copy(tma_a, t_ga[(None, kt)], t_sa[(None, prod.index)],
-                                      tma_bar_ptr=bar)
-                            cute.copy(tma_b, t_gb[(None, kt)], t_sb[(None, prod.index)],
-                                      tma_bar_ptr=bar)
-                            mainloop.producer_commit(prod)
+                            load_stage(mainloop, prod, kt, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
                             prod.advance()
                     tile = tile + grid
                 mainloop.producer_tail(prod)

@@ -53,6 +53,7 @@ from megamoe.experts.grouped_gemm_kernel import (
     TILE_M,
     KernelConfig,
     _fake_ptr,
+    load_stage,
     make_locate_cta,
     make_store,
 )
@@ -285,13 +286,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    mainloop.producer_acquire(prod)
-                    bar = mainloop.producer_get_barrier(prod)
-                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    cute.copy(tma_q, t_gq[(None, prod.count)], t_sq[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    mainloop.producer_commit(prod)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
                     prod.advance()
 
             # this thread decodes bytes [b0, b0 + bytes_per_thread) of weight row `wrow`:
@@ -319,13 +314,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 read.advance()
                 buf = Int32(cutlass.select_(buf == Int32(CONVERT_BUFS - 1), Int32(0), buf + 1))
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    mainloop.producer_acquire(prod)
-                    bar = mainloop.producer_get_barrier(prod)
-                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    cute.copy(tma_q, t_gq[(None, prod.count)], t_sq[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    mainloop.producer_commit(prod)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
