@@ -115,13 +115,26 @@ def _out_cols(mode: str, n: int) -> int:
     return n // 2 if mode == "swiglu" else n
 
 
+_U8 = (torch.uint8,)
+_BLOCK_SCALED = {
+    Mxfp4Matrix: ("mxfp4", "codes", _U8, 2, MX_BLOCK, _U8),
+    Mxfp8Matrix: ("mxfp8", "payload", (torch.float8_e4m3fn, torch.uint8), 1, MX_BLOCK, _U8),
+    Nvfp4Matrix: ("nvfp4", "codes", _U8, 2, NVFP4_BLOCK, (torch.float8_e4m3fn, torch.uint8)),
+}
+"""Block-scaled weight kinds: (name, payload field, payload dtypes, elements per payload
+byte, elements per scale, scale dtypes)."""
+
+
 def _check_b(b: object, k: int) -> tuple[int, int, str]:
-    """``b`` metadata: bf16 ``[E, N, K]``, an ``Mxfp4Matrix`` or an ``Mxfp8Matrix``; returns
-    (E, N, weights)."""
-    if isinstance(b, Mxfp8Matrix):
-        payload, scales = b.payload, b.scales
-        for name, t, dts in (("b.payload", payload, (torch.float8_e4m3fn, torch.uint8)),
-                             ("b.scales", scales, (torch.uint8,))):
+    """``b`` metadata: bf16 ``[E, N, K]``, or an ``Mxfp4Matrix`` / ``Mxfp8Matrix`` /
+    ``Nvfp4Matrix`` (contiguous 3-D payload ``[E, N, K / elements per byte]`` and scales
+    ``[E, N, K / block]`` on one device); returns (E, N, weights)."""
+    kind = _BLOCK_SCALED.get(type(b))
+    if kind is not None:
+        weights, field, payload_dtypes, per_byte, block, scale_dtypes = kind
+        payload, scales = getattr(b, field), b.scales  # type: ignore[attr-defined]
+        for name, t, dts in ((f"b.{field}", payload, payload_dtypes),
+                             ("b.scales", scales, scale_dtypes)):
             if not isinstance(t, torch.Tensor):
                 raise ConfigError(name, "a torch.Tensor", type(t).__name__)
             if t.dtype not in dts:
@@ -129,43 +142,17 @@ def _check_b(b: object, k: int) -> tuple[int, int, str]:
             if t.dim() != 3 or not t.is_contiguous():
                 raise ConfigError(name, "contiguous 3-D", f"{tuple(t.shape)} {t.stride()}")
         e, n, kp = payload.shape
-        if kp != k:
-            raise ConfigError("b.payload.shape[2]", f"K = {k}", kp)
-        if tuple(scales.shape) != (e, n, k // MX_BLOCK):
-            raise ConfigError("b.scales.shape", (e, n, k // MX_BLOCK), tuple(scales.shape))
+        if kp * per_byte != k:
+            raise ConfigError(f"b.{field}.shape[2]",
+                              f"K = {k}" if per_byte == 1 else f"K / {per_byte} = {k // per_byte}",
+                              kp)
+        if tuple(scales.shape) != (e, n, k // block):
+            raise ConfigError("b.scales.shape", (e, n, k // block), tuple(scales.shape))
         if scales.device != payload.device:
             raise ConfigError("b.scales.device", str(payload.device), str(scales.device))
-        return int(e), int(n), "mxfp8"
-    if isinstance(b, Nvfp4Matrix):
-        codes, scales = b.codes, b.scales.view(torch.uint8)
-        if codes.dtype != torch.uint8 or codes.dim() != 3 or not codes.is_contiguous():
-            raise ConfigError("b.codes", "contiguous uint8 [E, N, K/2]",
-                              f"{codes.dtype} {tuple(codes.shape)}")
-        e, n, half = codes.shape
-        if half * 2 != k:
-            raise ConfigError("b.codes.shape[2]", f"K / 2 = {k // 2}", half)
-        if tuple(scales.shape) != (e, n, k // NVFP4_BLOCK) or not scales.is_contiguous():
-            raise ConfigError("b.scales.shape", (e, n, k // NVFP4_BLOCK), tuple(scales.shape))
-        return int(e), int(n), "nvfp4"
-    if isinstance(b, Mxfp4Matrix):
-        codes, scales = b.codes, b.scales
-        for name, t in (("b.codes", codes), ("b.scales", scales)):
-            if not isinstance(t, torch.Tensor):
-                raise ConfigError(name, "a torch.Tensor", type(t).__name__)
-            if t.dtype != torch.uint8:
-                raise ConfigError(f"{name}.dtype", torch.uint8, t.dtype)
-            if t.dim() != 3 or not t.is_contiguous():
-                raise ConfigError(name, "contiguous 3-D", f"{tuple(t.shape)} {t.stride()}")
-        e, n, half = codes.shape
-        if half * 2 != k:
-            raise ConfigError("b.codes.shape[2]", f"K / 2 = {k // 2}", half)
-        if tuple(scales.shape) != (e, n, k // MX_BLOCK):
-            raise ConfigError("b.scales.shape", (e, n, k // MX_BLOCK), tuple(scales.shape))
-        if scales.device != codes.device:
-            raise ConfigError("b.scales.device", str(codes.device), str(scales.device))
-        return int(e), int(n), "mxfp4"
+        return int(e), int(n), weights
     if not isinstance(b, torch.Tensor):
-        raise ConfigError("b", "a torch.Tensor or an Mxfp4Matrix", type(b).__name__)
+        raise ConfigError("b", "a torch.Tensor or a block-scaled weight matrix", type(b).__name__)
     if b.dtype != torch.bfloat16:
         raise ConfigError("b.dtype", torch.bfloat16, b.dtype)
     if b.dim() != 3:
@@ -306,21 +293,16 @@ WEIGHT_KINDS = ("bf16", "mxfp4", "mxfp8", "nvfp4")
 
 
 def _b_tensors(b) -> list[torch.Tensor]:  # type: ignore[no-untyped-def]
-    if isinstance(b, Mxfp4Matrix):
-        return [b.codes, b.scales]
-    if isinstance(b, Nvfp4Matrix):
-        return [b.codes, b.scales.view(torch.uint8)]
-    if isinstance(b, Mxfp8Matrix):
-        return [b.payload, b.scales]
-    return [b]
+    """The tensors behind ``b`` (checked by ``_check_b``): payload and scale bytes."""
+    kind = _BLOCK_SCALED.get(type(b))
+    if kind is None:
+        return [b]
+    return [getattr(b, kind[1]), b.scales.view(torch.uint8)]
 
 
 def _weight_kind(b) -> str:  # type: ignore[no-untyped-def]
-    if isinstance(b, Mxfp4Matrix):
-        return "mxfp4"
-    if isinstance(b, Nvfp4Matrix):
-        return "nvfp4"
-    return "mxfp8" if isinstance(b, Mxfp8Matrix) else "bf16"
+    kind = _BLOCK_SCALED.get(type(b))
+    return "bf16" if kind is None else kind[0]
 
 
 def _default_config(weights: str, n: int) -> KernelConfig:

@@ -18,6 +18,7 @@ from oracle import formats as of
 from tests.bitwise import same_bits
 from tests.host.test_grouped_gemm_host import live_mask
 from tests.layer_check import compare_rows, layer_routes, layer_weights, oracle_output
+from tests.mxfp4_case import make_mxfp4_case
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -109,3 +110,24 @@ def test_planted_weight_g_dropped_is_caught(monkeypatch) -> None:  # type: ignor
     monkeypatch.setattr(ml._gemm, "grouped_gemm", no_pre)
     out = MoELayer(cfg, w13, w2, "cpu").warmup(x, ids, w)
     assert compare_rows(out, want, ids, "nvfp4").problems
+
+
+@pytest.mark.parametrize(("what", "edit"), [
+    ("b.codes.dtype", lambda b: Nvfp4Matrix(b.codes.view(torch.int8), b.scales, b.global_scale)),
+    ("b.codes.shape", lambda b: Nvfp4Matrix(b.codes[:, :, :-8].contiguous(), b.scales,
+                                            b.global_scale)),
+    ("b.scales.shape", lambda b: Nvfp4Matrix(b.codes, b.scales[:, :, :-1].contiguous(),
+                                             b.global_scale)),
+    ("b.scales.dtype", lambda b: Nvfp4Matrix(b.codes, b.scales.view(torch.int8),
+                                             b.global_scale)),
+    ("b.scales", lambda b: Nvfp4Matrix(b.codes, None, b.global_scale)),
+])
+def test_bad_nvfp4_weight_metadata_is_refused_by_name(what, edit) -> None:
+    """The NVFP4 weights go through the same metadata checks as the MX ones (``_check_b``):
+    each bad field is a ``ConfigError`` naming it, before any work."""
+    case = make_mxfp4_case("plain", [4], 128, 64, seed=8, weights="nvfp4")
+    before = case["out"].clone()
+    with pytest.raises(api.ConfigError, match=what.replace(".", r"\.")):
+        api.grouped_gemm(case["a"], edit(case["b"]), case["seg"], case["counts"], case["out"],
+                         mode="plain")
+    assert same_bits(case["out"], before)
