@@ -50,17 +50,28 @@ def layer_routes(seed: int, t: int, *, num_experts: int, top_k: int, hidden: int
 def oracle_config(layer_config) -> MoEConfig:  # type: ignore[no-untyped-def]
     c = layer_config
     return MoEConfig(c.recipe, c.num_experts, c.top_k, c.hidden_size, c.intermediate_size,
-                     clamp=c.clamp, late_weighting=c.late_weighting)
+                     clamp=c.clamp, late_weighting=c.late_weighting,
+                     mxfp8_elem=c.mxfp8_elem, mxfp8_mode=c.mxfp8_mode,
+                     nvfp4_input_scale=c.nvfp4_input_scale, nvfp4_a2_scale=c.nvfp4_a2_scale)
 
 
 def oracle_output(layer_config, w13, w2, hidden, ids, weights) -> torch.Tensor:  # type: ignore[no-untyped-def]
     """The oracle's ``moe_forward`` on the CPU (float32 IEEE GEMMs) for the same inputs.
 
     ``w13``/``w2``: float tensors (the oracle prepares them for the recipe, as the layer
-    does) or prequantized MXFP4 weights (anything with ``codes`` and ``scales``)."""
+    does) or prequantized MXFP4 (``codes``, ``scales``) or MXFP8 (``payload``, ``scales``)
+    weights."""
     cfg = oracle_config(layer_config)
-    if hasattr(w13, "codes"):
+    if hasattr(w13, "global_scale"):
         ew = prepare_weights(w13.codes.cpu(), w2.codes.cpu(), cfg,
+                             w13_scale=w13.scales.cpu(), w2_scale=w2.scales.cpu(),
+                             w13_global_scale=w13.global_scale.cpu(),
+                             w2_global_scale=w2.global_scale.cpu())
+    elif hasattr(w13, "codes"):
+        ew = prepare_weights(w13.codes.cpu(), w2.codes.cpu(), cfg,
+                             w13_scale=w13.scales.cpu(), w2_scale=w2.scales.cpu())
+    elif hasattr(w13, "payload"):
+        ew = prepare_weights(w13.payload.cpu(), w2.payload.cpu(), cfg,
                              w13_scale=w13.scales.cpu(), w2_scale=w2.scales.cpu())
     else:
         ew = prepare_weights(w13.cpu(), w2.cpu(), cfg)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import torch
 
 from megamoe.bench.protocol import L2_FLUSH_BYTES
+from megamoe.graphs import capture
 
 Unit = Callable[[], None]
 
@@ -235,7 +236,7 @@ class CudaBackend:
             return _loop(fn, calls)
         self.synchronize()
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+        with capture(g):
             for _ in range(calls):
                 fn()
         self.synchronize()

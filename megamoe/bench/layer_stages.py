@@ -25,6 +25,7 @@ import torch
 
 from megamoe.bench.benchmarks.layer import ROUTES, SHAPES, TOKENS, _inputs, _weights
 from megamoe.bench.registry import BuildContext, Case
+from megamoe.graphs import capture
 
 
 def _time_graph(fn: Callable[[], object], calls: int, samples: int) -> float:
@@ -36,7 +37,7 @@ def _time_graph(fn: Callable[[], object], calls: int, samples: int) -> float:
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         for _ in range(calls):
             fn()
     graph.replay()

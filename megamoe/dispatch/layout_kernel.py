@@ -57,7 +57,7 @@ def tiles_per_rank(capacity: int, top_k: int) -> int:
 
 
 @cute.jit
-def _block_exclusive_scan(v, buf, tidx):
+def block_exclusive_scan(v, buf, tidx):
     """Exclusive prefix of ``v`` over the ``SCAN_THREADS`` threads, and the block total.
 
     ``buf``: shared int32 [SCAN_THREADS]. Hillis-Steele; every thread must call it."""
@@ -183,7 +183,7 @@ def _scan_kernel(
         v = Int32(0)
         if i < nt:
             v = m_tc[i, e]
-        excl, total = _block_exclusive_scan(v, buf, tidx)
+        excl, total = block_exclusive_scan(v, buf, tidx)
         if i < nt:
             m_tb[i, e] = carry + excl
         carry = carry + total
@@ -219,7 +219,7 @@ def _finalize_kernel(
         v = Int32(0)
         if i < E:
             v = Int32(m_ec[i])
-        excl, total = _block_exclusive_scan(v, buf, tidx)
+        excl, total = block_exclusive_scan(v, buf, tidx)
         if i < E:
             m_off[i] = Int64(carry + excl)
         carry = carry + total

@@ -48,8 +48,10 @@ from megamoe.experts.grouped_gemm_kernel import (
     default_config,
 )
 from megamoe.experts.mxfp4 import Mxfp4Matrix
+from megamoe.experts.mxfp8 import Mxfp8Matrix
+from megamoe.experts.nvfp4 import Nvfp4Matrix
 from megamoe.staging.compile_cache import CompileDuringCaptureError
-from megamoe.staging.constants import MX_BLOCK
+from megamoe.staging.constants import MX_BLOCK, NVFP4_BLOCK
 
 PATH_KERNEL = "kernel"
 PATH_TORCH = "torch"
@@ -67,6 +69,8 @@ __all__ = [
     "PATH_TORCH",
     "CompileDuringCaptureError",
     "Mxfp4Matrix",
+    "Mxfp8Matrix",
+    "Nvfp4Matrix",
     "capacity_rows",
     "grouped_gemm",
     "grouped_gemm_torch",
@@ -111,27 +115,44 @@ def _out_cols(mode: str, n: int) -> int:
     return n // 2 if mode == "swiglu" else n
 
 
+_U8 = (torch.uint8,)
+_BLOCK_SCALED = {
+    Mxfp4Matrix: ("mxfp4", "codes", _U8, 2, MX_BLOCK, _U8),
+    Mxfp8Matrix: ("mxfp8", "payload", (torch.float8_e4m3fn, torch.uint8), 1, MX_BLOCK, _U8),
+    Nvfp4Matrix: ("nvfp4", "codes", _U8, 2, NVFP4_BLOCK, (torch.float8_e4m3fn, torch.uint8)),
+}
+"""Block-scaled weight kinds: (name, payload field, payload dtypes, elements per payload
+byte, elements per scale, scale dtypes)."""
+
+
 def _check_b(b: object, k: int) -> tuple[int, int, str]:
-    """``b`` metadata: bf16 ``[E, N, K]`` or an ``Mxfp4Matrix``; returns (E, N, weights)."""
-    if isinstance(b, Mxfp4Matrix):
-        codes, scales = b.codes, b.scales
-        for name, t in (("b.codes", codes), ("b.scales", scales)):
+    """``b`` metadata: bf16 ``[E, N, K]``, or an ``Mxfp4Matrix`` / ``Mxfp8Matrix`` /
+    ``Nvfp4Matrix`` (contiguous 3-D payload ``[E, N, K / elements per byte]`` and scales
+    ``[E, N, K / block]`` on one device); returns (E, N, weights)."""
+    kind = _BLOCK_SCALED.get(type(b))
+    if kind is not None:
+        weights, field, payload_dtypes, per_byte, block, scale_dtypes = kind
+        payload, scales = getattr(b, field), b.scales  # type: ignore[attr-defined]
+        for name, t, dts in ((f"b.{field}", payload, payload_dtypes),
+                             ("b.scales", scales, scale_dtypes)):
             if not isinstance(t, torch.Tensor):
                 raise ConfigError(name, "a torch.Tensor", type(t).__name__)
-            if t.dtype != torch.uint8:
-                raise ConfigError(f"{name}.dtype", torch.uint8, t.dtype)
+            if t.dtype not in dts:
+                raise ConfigError(f"{name}.dtype", " or ".join(map(str, dts)), t.dtype)
             if t.dim() != 3 or not t.is_contiguous():
                 raise ConfigError(name, "contiguous 3-D", f"{tuple(t.shape)} {t.stride()}")
-        e, n, half = codes.shape
-        if half * 2 != k:
-            raise ConfigError("b.codes.shape[2]", f"K / 2 = {k // 2}", half)
-        if tuple(scales.shape) != (e, n, k // MX_BLOCK):
-            raise ConfigError("b.scales.shape", (e, n, k // MX_BLOCK), tuple(scales.shape))
-        if scales.device != codes.device:
-            raise ConfigError("b.scales.device", str(codes.device), str(scales.device))
-        return int(e), int(n), "mxfp4"
+        e, n, kp = payload.shape
+        if kp * per_byte != k:
+            raise ConfigError(f"b.{field}.shape[2]",
+                              f"K = {k}" if per_byte == 1 else f"K / {per_byte} = {k // per_byte}",
+                              kp)
+        if tuple(scales.shape) != (e, n, k // block):
+            raise ConfigError("b.scales.shape", (e, n, k // block), tuple(scales.shape))
+        if scales.device != payload.device:
+            raise ConfigError("b.scales.device", str(payload.device), str(scales.device))
+        return int(e), int(n), weights
     if not isinstance(b, torch.Tensor):
-        raise ConfigError("b", "a torch.Tensor or an Mxfp4Matrix", type(b).__name__)
+        raise ConfigError("b", "a torch.Tensor or a block-scaled weight matrix", type(b).__name__)
     if b.dtype != torch.bfloat16:
         raise ConfigError("b.dtype", torch.bfloat16, b.dtype)
     if b.dim() != 3:
@@ -199,8 +220,7 @@ def _check(a, b, seg_start, counts, out, mode, row_scale, clamp,
             raise ConfigError("clamp", "None for mode 'plain'", clamp)
         if not (isinstance(clamp, int | float) and math.isfinite(clamp) and clamp >= 0):
             raise ConfigError("clamp", "None or a finite number >= 0", clamp)
-    b_tensors = [b.codes, b.scales] if isinstance(b, Mxfp4Matrix) else [b]
-    tensors = [a, *b_tensors, seg_start, counts, out] + [
+    tensors = [a, *_b_tensors(b), seg_start, counts, out] + [
         t for t in (row_scale, pre_scale) if t is not None
     ]
     devices = {t.device for t in tensors}
@@ -225,7 +245,10 @@ def grouped_gemm_torch(
     m_cap, e, _, _ = _check(a, b, seg_start, counts, out, mode, row_scale, clamp, pre_scale)
     starts = seg_start.tolist()
     cnts = counts.tolist()
-    b_float = b.dequantize() if isinstance(b, Mxfp4Matrix) else None
+    if isinstance(b, Nvfp4Matrix):
+        b_float = b.dequantize(with_global=False)  # g is the caller's (pre_scale)
+    else:
+        b_float = b.dequantize() if isinstance(b, Mxfp4Matrix | Mxfp8Matrix) else None
     backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
     saved = [bk.fp32_precision for bk in backends]
     for bk in backends:
@@ -266,14 +289,27 @@ def kernel_supported(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == _HOPPER
 
 
-WEIGHT_KINDS = ("bf16", "mxfp4")
+WEIGHT_KINDS = ("bf16", "mxfp4", "mxfp8", "nvfp4")
+
+
+def _b_tensors(b) -> list[torch.Tensor]:  # type: ignore[no-untyped-def]
+    """The tensors behind ``b`` (checked by ``_check_b``): payload and scale bytes."""
+    kind = _BLOCK_SCALED.get(type(b))
+    if kind is None:
+        return [b]
+    return [getattr(b, kind[1]), b.scales.view(torch.uint8)]
+
+
+def _weight_kind(b) -> str:  # type: ignore[no-untyped-def]
+    kind = _BLOCK_SCALED.get(type(b))
+    return "bf16" if kind is None else kind[0]
 
 
 def _default_config(weights: str, n: int) -> KernelConfig:
-    if weights == "mxfp4":
-        from megamoe.experts.mxfp4_gemm_kernel import mxfp4_default_config
+    if weights != "bf16":
+        from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
-        return mxfp4_default_config(n)
+        return mx_default_config(n, weights)
     return default_config(n)
 
 
@@ -293,10 +329,10 @@ def _compiled(mode: str, n: int, k: int, device: torch.device,
             "(CONTRACTS.md s9)"
         )
     with torch.cuda.device(device):
-        if weights == "mxfp4":
-            from megamoe.experts.mxfp4_gemm_kernel import compile_mxfp4_gemm
+        if weights != "bf16":
+            from megamoe.experts.mxfp4_gemm_kernel import compile_mx_gemm
 
-            compiled = compile_mxfp4_gemm(mode, n, k, cfg, out_f32=out_f32)
+            compiled = compile_mx_gemm(mode, n, k, cfg, out_f32=out_f32, weights=weights)
         else:
             from megamoe.experts.grouped_gemm_kernel import compile_grouped_gemm
 
@@ -355,19 +391,20 @@ def grouped_gemm(
     Hopper GPU, else ``"torch"``). Never modifies its inputs; writes live rows of ``out``
     (bf16, or float32: one rounding of the float32 epilogue either way).
 
-    ``b``: bf16 ``[E, N, K]`` or an ``Mxfp4Matrix`` (decoded to bf16 inside the mainloop,
-    exactly). ``pre_scale`` (float32 ``[M_cap, 4]``, the safe-FP8 scale wire, lane 0 read):
+    ``b``: bf16 ``[E, N, K]``, an ``Mxfp4Matrix`` or ``Mxfp8Matrix`` (decoded to bf16 inside
+    the mainloop), or an ``Nvfp4Matrix``, of which the GEMM multiplies ``code * scale``
+    only: its per-expert ``global_scale`` is the caller's to apply (``pre_scale``). ``pre_scale`` (float32 ``[M_cap, 4]``, the safe-FP8 scale wire, lane 0 read):
     multiplies the accumulators before the epilogue math (FC1: before the clamp and SwiGLU).
     ``config`` picks a compiled variant (default ``default_config(N)``, or
     ``mxfp4_default_config(N)`` for MXFP4 weights); ``max_ctas`` caps the grid of the
     persistent (``ws``) variants (default: the device's SM count)."""
     m_cap, e, n, k = _check(a, b, seg_start, counts, out, mode, row_scale, clamp, pre_scale)
-    weights = "mxfp4" if isinstance(b, Mxfp4Matrix) else "bf16"
+    weights = _weight_kind(b)
     cfg = config if config is not None else _default_config(weights, n)
     if n % cfg.tile_n:
         raise ConfigError("N (b.shape[1])", f"a multiple of config.tile_n={cfg.tile_n}", n)
-    if weights == "mxfp4" and cfg.ws:
-        raise ConfigError("config", "a non-persistent variant for MXFP4 weights", cfg.name)
+    if weights != "bf16" and cfg.ws:
+        raise ConfigError("config", f"a non-persistent variant for {weights} weights", cfg.name)
     if max_ctas is not None and not (isinstance(max_ctas, int) and 1 <= max_ctas <= _I32_LIMIT):
         raise ConfigError("max_ctas", "None or an int >= 1", max_ctas)
     if not kernel_supported(a.device):
@@ -377,10 +414,11 @@ def grouped_gemm(
         grouped_gemm_torch(a, b, seg_start, counts, out, mode=mode, row_scale=row_scale,
                            clamp=clamp, pre_scale=pre_scale)
         return PATH_TORCH
-    b_tensors = (("b.codes", b.codes),) if isinstance(b, Mxfp4Matrix) else (("b", b),)
-    for name, t in (("a", a), *b_tensors):
+    b_parts = _b_tensors(b)
+    for name, t in (("a", a), ("b", b_parts[0]), ("b.scales", b_parts[-1])):
         if t.data_ptr() % 16:
-            raise ConfigError(f"{name}.data_ptr()", "16-byte aligned (TMA)", t.data_ptr())
+            raise ConfigError(f"{name}.data_ptr()", "16-byte aligned (TMA, vector loads)",
+                              t.data_ptr())
     out_f32 = out.dtype == torch.float32
     compiled = _compiled(mode, n, k, a.device, cfg, weights, out_f32)
     if m_cap == 0:
@@ -395,9 +433,10 @@ def grouped_gemm(
     stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
     flags = (1 if row_scale is not None else 0, 1 if pre_scale is not None else 0)
     clamp_v = math.inf if clamp is None else float(clamp)
-    if weights == "mxfp4":
+    if weights != "bf16":
+        payload, scales = _b_tensors(b)
         compiled(
-            _ptr(BFloat16, a, 16), _ptr(Uint8, b.codes, 16), _ptr(Uint8, b.scales, 1),
+            _ptr(BFloat16, a, 16), _ptr(Uint8, payload, 16), _ptr(Uint8, scales, 16),
             out_ptr, _ptr(Int32, seg_start, 4), _ptr(Int32, counts, 4),
             _ptr(Float32, scale, 4), _ptr(Float32, pre, 4), m_cap, e, *flags, clamp_v, stream,
         )

@@ -80,18 +80,21 @@ PRE_LANES = 4
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """One compiled variant (TILE_M, TILE_K fixed): column tile, pipeline depth, and whether
-    the kernel is warp-specialized and persistent (``ws``: a producer warp feeds two MMA
-    warpgroups; CTAs loop over tiles, so the epilogue of one tile overlaps the loads of the
-    next)."""
+    """One compiled variant (TILE_K fixed): column tile, pipeline depth, whether the kernel
+    is warp-specialized and persistent (``ws``: a producer warp feeds two MMA warpgroups;
+    CTAs loop over tiles, so the epilogue of one tile overlaps the loads of the next), and
+    the row tile (``tile_m``: ``TILE_M``, two MMA warpgroups; or 64, one, which only the MX
+    GEMM offers: half the A bytes and MMAs per tile when an expert has few rows)."""
 
     tile_n: int
     stages: int
     ws: bool = False
+    tile_m: int = TILE_M
 
     @property
     def name(self) -> str:
-        return f"n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
+        rows = "" if self.tile_m == TILE_M else f"m{self.tile_m}"
+        return f"{rows}n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
 
 
 CONFIGS = (
@@ -116,9 +119,35 @@ def default_config(n: int) -> KernelConfig:
     raise ValueError(f"N: expected a multiple of {TILE_N}, got {n}")
 
 
-def make_locate(n_tiles: int):
-    """``locate(tile, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live, live_end)``
-    for a grid of ``n_tiles`` column tiles (shared by every variant of the grouped GEMM).
+@cute.jit
+def live_m_tiles(m_cap: Int32, seg_ptr: cute.Pointer, num_experts: Int32,
+                 tile_m: int = TILE_M) -> Int32:
+    """The M tiles that can hold a live row: ``ceil(min(seg_start[E], M_cap) / tile_m)``.
+    Segments are nondecreasing and end at ``seg_start[E]`` (the API's contract), so every
+    tile past these is dead: the kernels schedule only ``live_m_tiles * n_tiles`` tiles, and
+    a decode-size batch does not pay for the padding ``capacity_rows`` reserves."""
+    seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
+    end = cutlass.min(cutlass.max(seg[num_experts], Int32(0)), m_cap)
+    return (end + (tile_m - 1)) // tile_m
+
+
+@cute.jit
+def load_stage(mainloop, prod, kt, tma_a: cute.CopyAtom, t_ga: cute.Tensor, t_sa: cute.Tensor,
+               tma_b: cute.CopyAtom, t_gb: cute.Tensor, t_sb: cute.Tensor):
+    """Producer side of one pipeline stage: acquire stage ``prod``, TMA-load k tile ``kt`` of
+    A and of B (bf16 B, or the MX kernels' packed weights) onto its barrier, commit. The
+    caller advances ``prod``."""
+    mainloop.producer_acquire(prod)
+    bar = mainloop.producer_get_barrier(prod)
+    cute.copy(tma_a, t_ga[(None, kt)], t_sa[(None, prod.index)], tma_bar_ptr=bar)
+    cute.copy(tma_b, t_gb[(None, kt)], t_sb[(None, prod.index)], tma_bar_ptr=bar)
+    mainloop.producer_commit(prod)
+
+
+def make_locate(n_tiles: int, tile_m: int = TILE_M):
+    """``locate(tile, m_tiles, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live,
+    live_end)`` for tiles ``0 .. m_tiles * n_tiles - 1`` (``m_tiles``: ``live_m_tiles``) of
+    ``n_tiles`` column tiles (shared by every variant of the grouped GEMM).
 
     Raster: ``GROUP_M`` consecutive M tiles per N tile (a wave shares A and B in L2).
     Expert: ``e = #{j in [1, E) : seg_start[j] <= row0}``, counted over the lanes of the
@@ -126,16 +155,15 @@ def make_locate(n_tiles: int):
     """
 
     @cute.jit
-    def locate(tile: Int32, m_cap: Int32, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
-               num_experts: Int32):
-        m_tiles = (m_cap + (TILE_M - 1)) // TILE_M
+    def locate(tile: Int32, m_tiles: Int32, m_cap: Int32, seg_ptr: cute.Pointer,
+               cnt_ptr: cute.Pointer, num_experts: Int32):
         group = tile // (GROUP_M * n_tiles)
         first_m = group * GROUP_M
         group_size = cutlass.min(m_tiles - first_m, Int32(GROUP_M))
         local = tile - group * (GROUP_M * n_tiles)
         pid_m = first_m + local % group_size
         pid_n = local // group_size
-        row0 = pid_m * TILE_M
+        row0 = pid_m * tile_m
         lane = cute.arch.lane_idx()
         seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
         cnt = cute.make_tensor(cnt_ptr, cute.make_layout(num_experts))
@@ -150,6 +178,27 @@ def make_locate(n_tiles: int):
         return pid_m, pid_n, e, row0, live, live_end
 
     return locate
+
+
+def make_locate_cta(n_tiles: int, tile_m: int = TILE_M):
+    """``locate_cta(bid, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live,
+    live_end)``: ``make_locate``'s ``locate`` for the kernels that give each CTA one tile of
+    a grid over all ``M_cap`` tiles; a CTA past the live tiles (``live_m_tiles``) is dead
+    after one load, without the expert search."""
+    locate = make_locate(n_tiles, tile_m)
+
+    @cute.jit
+    def locate_cta(bid: Int32, m_cap: Int32, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
+                   num_experts: Int32):
+        m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts, tile_m)
+        live = bid < m_tiles * n_tiles
+        pid_m, pid_n, e, row0, live_end = bid, bid, Int32(0), Int32(0), Int32(0)
+        if live:
+            pid_m, pid_n, e, row0, live, live_end = locate(bid, m_tiles, m_cap, seg_ptr,
+                                                           cnt_ptr, num_experts)
+        return pid_m, pid_n, e, row0, live, live_end
+
+    return locate_cta
 
 
 def make_store(swiglu: bool, n_out: int, out_f32: bool):
@@ -212,6 +261,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
     ``M_cap`` and ``E`` are runtime."""
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    if cfg.tile_m != TILE_M:
+        raise ValueError(f"config: the bf16 GEMM has tile_m {TILE_M} only, got {cfg.name}")
     swiglu = mode == "swiglu"
     tile_n, stages = cfg.tile_n, cfg.stages
     n_out = n // 2 if swiglu else n
@@ -221,6 +272,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
     stage_elems = (TILE_M + tile_n) * TILE_K
     tx_bytes = stage_elems * 2
     locate = make_locate(n_tiles)
+    locate_cta = make_locate_cta(n_tiles)
     store = make_store(swiglu, n_out, out_f32)
 
     @cute.struct
@@ -241,7 +293,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        pid_m, pid_n, e, row0, live, live_end = locate(bid, m_cap, seg_ptr, cnt_ptr, num_experts)
+        pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
+                                                           num_experts)
 
         if live:
             if warp_idx == 0:
@@ -289,13 +342,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    mainloop.producer_acquire(prod)
-                    bar = mainloop.producer_get_barrier(prod)
-                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    cute.copy(tma_b, t_gb[(None, prod.count)], t_sb[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    mainloop.producer_commit(prod)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
                     prod.advance()
 
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
@@ -324,13 +371,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                 release.advance()
                 read.advance()
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    mainloop.producer_acquire(prod)
-                    bar = mainloop.producer_get_barrier(prod)
-                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    cute.copy(tma_b, t_gb[(None, prod.count)], t_sb[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    mainloop.producer_commit(prod)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
@@ -353,7 +394,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         bid, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        total = (m_cap + (TILE_M - 1)) // TILE_M * n_tiles
+        m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts)
+        total = m_tiles * n_tiles
         if warp_idx == 0:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
@@ -379,7 +421,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                 tile = bid
                 while tile < total:
                     pid_m, pid_n, e, row0, live, live_end = locate(
-                        tile, m_cap, seg_ptr, cnt_ptr, num_experts
+                        tile, m_tiles, m_cap, seg_ptr, cnt_ptr, num_experts
                     )
                     if live:
                         g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
@@ -393,13 +435,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                             cute.group_modes(g_b, 0, 2),
                         )
                         for kt in cutlass.range(k_tiles, unroll=1):
-                            mainloop.producer_acquire(prod)
-                            bar = mainloop.producer_get_barrier(prod)
-                            cute.copy(tma_a, t_ga[(None, kt)], t_sa[(None, prod.index)],
-                                      tma_bar_ptr=bar)
-                            cute.copy(tma_b, t_gb[(None, kt)], t_sb[(None, prod.index)],
-                                      tma_bar_ptr=bar)
-                            mainloop.producer_commit(prod)
+                            load_stage(mainloop, prod, kt, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
                             prod.advance()
                     tile = tile + grid
                 mainloop.producer_tail(prod)
@@ -422,7 +458,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             tile = bid
             while tile < total:
                 pid_m, pid_n, e, row0, live, live_end = locate(
-                    tile, m_cap, seg_ptr, cnt_ptr, num_experts
+                    tile, m_tiles, m_cap, seg_ptr, cnt_ptr, num_experts
                 )
                 if live:
                     acc.fill(0.0)

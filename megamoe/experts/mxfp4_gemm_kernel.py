@@ -16,7 +16,10 @@ with ``b`` an MXFP4 matrix per expert instead of bf16:
 Pipeline per K tile (``TILE_K`` = 64): warp 0 issues TMA copies of the A tile (bf16, 128B
 swizzle) and of the tile's packed codes (``tile_n x 32`` bytes, unswizzled) into a
 ``stages``-deep ``PipelineTmaAsync``; all 256 MMA threads then decode the codes of the stage
-into one of ``CONVERT_BUFS`` bf16 B tiles (the 128B-swizzled layout wgmma reads), make the
+(each thread: one vector load of its bytes, then per element a lookup in a float32 table of
+every code's value, ``VALUE_TABLE``, built in shared memory at kernel start, one product
+with the block's scale and one bf16 rounding: 1.7x faster than computing each value from
+its bits) into one of ``CONVERT_BUFS`` bf16 B tiles (the 128B-swizzled layout wgmma reads), make the
 writes visible to the async proxy (``fence.proxy.async``), meet at a CTA barrier, and issue
 the wgmmas. Three B buffers make the reuse safe without waiting for the MMAs: a thread
 decodes tile ``kt`` into buffer ``kt % 3`` only after the barrier of tile ``kt - 1``, which
@@ -31,6 +34,8 @@ row, its pre-scale and score, and ``b[e]`` (the invariance contract, CONTRACTS.m
 
 # no `from __future__ import annotations`: cute.struct reads its annotations as objects
 
+import math
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -41,110 +46,172 @@ from cutlass.utils import LayoutEnum
 
 from megamoe.experts.grouped_gemm_kernel import (
     _ALIGN,
-    MMA_WARPGROUPS,
     MODES,
     THREADS,
     TILE_K,
     TILE_M,
     KernelConfig,
     _fake_ptr,
-    make_locate,
+    load_stage,
+    make_locate_cta,
     make_store,
 )
 from megamoe.kernel_registry import register_kernel
-from megamoe.staging.dsl_bits import i2f
+from megamoe.staging.dsl_bits import e2m1_to_float, e4m3_to_float, e8m0_to_float
 
-MX_BLOCK = 32
-"""Elements per E8M0 scale byte along K (CONTRACTS.md s4, MXFP4)."""
-PACKED_K = TILE_K // 2
-"""Bytes of packed codes per weight row per K tile."""
+ROW_BYTES = {"mxfp4": TILE_K // 2, "mxfp8": TILE_K, "nvfp4": TILE_K // 2}
+"""Bytes of a weight row's payload per K tile: packed E2M1 codes, or E4M3 bytes."""
+SCALE_BLOCK = {"mxfp4": 32, "mxfp8": 32, "nvfp4": 16}
+"""Elements per scale byte along K (E8M0 for the MX formats, E4M3 for NVFP4)."""
+WEIGHT_FORMATS = tuple(ROW_BYTES)
 CONVERT_BUFS = 3
 """bf16 B tiles the decode rotates through (module docstring: why three)."""
-SCALE_NAN_BYTE = 0xFF
+VALUE_TABLE = {"mxfp4": 16, "mxfp8": 256, "nvfp4": 16}
+"""Entries of the decode's float32 value table in shared memory: every E2M1 code (sign
+included), or every E4M3 byte."""
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
-MXFP4_CONFIGS = (KernelConfig(128, 6), KernelConfig(64, 8))
-"""The compiled variants, preferred first (one CTA per tile; no persistent variant yet)."""
+MXFP4_CONFIGS = (KernelConfig(64, 4), KernelConfig(128, 6), KernelConfig(64, 6, tile_m=64))
+"""The compiled MXFP4 variants, preferred first (one CTA per tile; no persistent variant).
+``n64s4`` fits two CTAs per SM (about 110 KB of shared memory at K = 7168), so one CTA's
+decode overlaps the other's wgmmas and loads: 1.7x faster than ``n128s6`` at DeepSeek
+FC1/FC2 shapes with two rows per expert (docs/perf.md, "MX GEMM decode")."""
+MXFP8_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 5), KernelConfig(64, 4, tile_m=64))
+"""The MXFP8 variants (a stage holds twice the payload bytes: ``n64s3`` is the deepest
+64-column pipeline that still fits two CTAs per SM at K = 7168)."""
+NVFP4_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 4), KernelConfig(64, 4, tile_m=64))
+"""The NVFP4 variants (twice the scale bytes of MXFP4 in shared memory: fewer stages).
+
+Each format's last variant has 64-row M tiles (``tile_m=64``): one MMA warpgroup, both
+decoding; half the A bytes and wgmmas of a 128-row tile, for experts with at most 64 rows
+(decode-size batches). Not a default yet: it waits for its GPU measurement."""
+CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
+
+
+def mx_default_config(n: int, weights: str = "mxfp4") -> KernelConfig:
+    """The first variant of the weight format whose column tile divides ``N``."""
+    configs = CONFIGS_BY_FORMAT[weights]
+    for cfg in configs:
+        if n % cfg.tile_n == 0:
+            return cfg
+    raise ValueError(f"N: expected a multiple of {configs[-1].tile_n}, got {n}")
 
 
 def mxfp4_default_config(n: int) -> KernelConfig:
     """The first of ``MXFP4_CONFIGS`` whose column tile divides ``N``."""
-    for cfg in MXFP4_CONFIGS:
-        if n % cfg.tile_n == 0:
-            return cfg
-    raise ValueError(f"N: expected a multiple of {MXFP4_CONFIGS[-1].tile_n}, got {n}")
+    return mx_default_config(n, "mxfp4")
 
 
-def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
+def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: str = "mxfp4"):
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
-    if cfg not in MXFP4_CONFIGS:
-        raise ValueError(f"config: expected one of {[c.name for c in MXFP4_CONFIGS]}, "
+    if weights not in WEIGHT_FORMATS:
+        raise ValueError(f"weights: expected one of {WEIGHT_FORMATS}, got {weights!r}")
+    configs = CONFIGS_BY_FORMAT[weights]
+    if cfg not in configs:
+        raise ValueError(f"config: expected one of {[c.name for c in configs]}, "
                          f"got {cfg.name}")
+    fp4 = weights in ("mxfp4", "nvfp4")
+    e4m3_scales = weights == "nvfp4"
+    sblock = SCALE_BLOCK[weights]
+    row_bytes = ROW_BYTES[weights]
+    elems_per_byte = 2 if fp4 else 1
     swiglu = mode == "swiglu"
-    tile_n, stages = cfg.tile_n, cfg.stages
+    tile_n, stages, tile_m = cfg.tile_n, cfg.stages, cfg.tile_m
+    mma_wgs = tile_m // 64  # MMA warpgroups (64 rows each); all THREADS decode
     n_out = n // 2 if swiglu else n
     n_tiles = n // tile_n
     k_tiles = k // TILE_K
-    k_scales = k // MX_BLOCK
-    tile_mnk = (TILE_M, tile_n, TILE_K)
-    tx_bytes = TILE_M * TILE_K * 2 + tile_n * PACKED_K
-    bytes_per_thread = tile_n * PACKED_K // THREADS  # 8 (tile_n 64) or 16 (tile_n 128)
-    threads_per_row = PACKED_K // bytes_per_thread
-    half_block = MX_BLOCK // 2  # packed bytes per scale
-    chunks_per_thread = 2 * bytes_per_thread // CHUNK
-    locate = make_locate(n_tiles)
+    k_scales = k // sblock
+    tile_mnk = (tile_m, tile_n, TILE_K)
+    tx_bytes = tile_m * TILE_K * 2 + tile_n * row_bytes
+    bytes_per_thread = tile_n * row_bytes // THREADS  # fp4: 8 or 16; fp8: 16 or 32
+    threads_per_row = row_bytes // bytes_per_thread
+    chunks_per_thread = elems_per_byte * bytes_per_thread // CHUNK
+    # a thread's elements start on a scale-block boundary or lie within one block, so
+    # chunk c uses block (first block) + c * CHUNK // sblock
+    thread_blocks = max(1, chunks_per_thread * CHUNK // sblock)
+    table = VALUE_TABLE[weights]
+    # the tile's scale bytes are one contiguous run (module docstring), copied in vectors of
+    # scale_vec bytes (16 unless the run or an expert's block of scale bytes is not a
+    # multiple of 16; the API checks the scale tensor is 16-byte aligned)
+    scale_vec = math.gcd(16, tile_n * k_scales, n * k_scales)
+    run_vecs = tile_n * k_scales // scale_vec
+    locate_cta = make_locate_cta(n_tiles, tile_m)
     store = make_store(swiglu, n_out, out_f32)
 
     @cute.struct
     class Storage:
         bars: cute.struct.MemRange[cutlass.Int64, stages * 2]
-        sa: cute.struct.Align[cute.struct.MemRange[BFloat16, TILE_M * TILE_K * stages], _ALIGN]
+        sa: cute.struct.Align[cute.struct.MemRange[BFloat16, tile_m * TILE_K * stages], _ALIGN]
         sb: cute.struct.Align[
             cute.struct.MemRange[BFloat16, tile_n * TILE_K * CONVERT_BUFS], _ALIGN
         ]
-        sq: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * PACKED_K * stages], 128]
+        sq: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * row_bytes * stages], 128]
         ss: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * k_scales], 16]
+        lut: cute.struct.Align[cute.struct.MemRange[Float32, table], 16]
+
+    element_value = e2m1_to_float if fp4 else e4m3_to_float
+    """Entry ``i`` of the value table: the E2M1 code ``i`` or the E4M3 byte ``i``."""
+    block_scale = e4m3_to_float if e4m3_scales else e8m0_to_float
+    """A scale byte's value: E4M3 (NVFP4) or E8M0 (the MX formats)."""
 
     @cute.jit
-    def decode(s_q: cute.Tensor, s_s: cute.Tensor, s_b16: cute.Tensor, b_outer: cute.Layout,
-               wrow: Int32, b0: Int32, stage: Int32, buf: Int32, kt: Int32):
-        """Decode this thread's packed codes of one stage into bf16 B buffer ``buf``."""
-        # & 0xFF: a Uint8 load widens with its sign bit (bytes >= 128 would go negative)
-        sbyte = Int32(s_s[wrow, kt * (TILE_K // MX_BLOCK) + b0 // half_block]) & 0xFF
-        sbits = Int32(cutlass.select_(sbyte == Int32(0), Int32(0x00400000), sbyte << 23))
-        sbits = Int32(cutlass.select_(sbyte == Int32(SCALE_NAN_BYTE), Int32(0x7FC00000), sbits))
-        scale = i2f(sbits)
+    def decode(s_qv: cute.Tensor, s_s: cute.Tensor, s_lut: cute.Tensor, s_b16: cute.Tensor,
+               b_outer: cute.Layout, wrow: Int32, b0: Int32, stage: Int32, buf: Int32,
+               kt: Int32):
+        """Decode this thread's weight bytes of one stage into bf16 B buffer ``buf``: one
+        vector load of the bytes, then per element one table lookup, one float32 product
+        with the block's scale (exact, or +-Inf past float32's range, or NaN for a NaN
+        scale) and its bf16 rounding."""
+        q = cute.make_rmem_tensor(cute.make_layout(bytes_per_thread), Uint8)
+        q.store(s_qv[wrow, b0 // bytes_per_thread, None, stage].load())
+        blk = kt * (TILE_K // sblock) + (elems_per_byte * b0) // sblock
+        # & 0xFF: a Uint8 load widens with its sign bit
+        scales = [block_scale(Int32(s_s[wrow, blk + i]) & 0xFF) for i in range(thread_blocks)]
         for c in cutlass.range_constexpr(chunks_per_thread):
+            scale = scales[c * CHUNK // sblock]
             frag = cute.make_rmem_tensor(cute.make_layout(CHUNK), BFloat16)
-            for j in cutlass.range_constexpr(CHUNK // 2):
-                byte = Int32(s_q[wrow, b0 + c * (CHUNK // 2) + j, stage]) & 0xFF
-                for h in cutlass.range_constexpr(2):
-                    code = (byte >> (4 * h)) & 0xF
-                    ex = (code >> 1) & 3
-                    m = code & 1
-                    twice = Int32(cutlass.select_(ex == Int32(0), m, (m + 2) << (ex - 1)))
-                    v = Float32(twice) * Float32(0.5) * scale
-                    v = Float32(cutlass.select_((code & 8) != Int32(0), -v, v))
-                    frag[2 * j + h] = v.to(BFloat16)
+            if cutlass.const_expr(fp4):
+                for j in cutlass.range_constexpr(CHUNK // 2):
+                    byte = Int32(q[c * (CHUNK // 2) + j]) & 0xFF
+                    frag[2 * j] = (s_lut[byte & 0xF] * scale).to(BFloat16)
+                    frag[2 * j + 1] = (s_lut[byte >> 4] * scale).to(BFloat16)
+            else:
+                # E4M3 x 2**(s - 127): exact in float32; in bf16 too unless the product is
+                # below 2**-130 (bf16 subnormals keep fewer bits), where it rounds to nearest
+                for j in cutlass.range_constexpr(CHUNK):
+                    frag[j] = (s_lut[Int32(q[c * CHUNK + j]) & 0xFF] * scale).to(BFloat16)
             # the chunk's place in the 128B-swizzled tile (byte address bits 4-6 ^= bits
             # 7-9; a 16-byte chunk stays contiguous)
-            off = cute.crd2idx((wrow, 2 * b0 + c * CHUNK, buf), b_outer) * 2
+            kpos = elems_per_byte * b0 + c * CHUNK
+            off = cute.crd2idx((wrow, kpos, buf), b_outer) * 2
             off = off ^ (((off >> 7) & 7) << 4)
             s_b16[off // (2 * CHUNK), None].store(frag.load())
 
     @cute.jit
-    def mma(tiled_mma: cute.TiledMma, acc: cute.Tensor, t_ca: cute.Tensor, t_cb: cute.Tensor,
-            stage: Int32, buf: Int32):
-        """Publish the decoded tile to the async proxy, meet, and issue its wgmmas."""
-        cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
-                              space=cute.arch.SharedSpace.shared_cta)
-        cute.arch.sync_threads()
+    def issue(tiled_mma: cute.TiledMma, acc: cute.Tensor, t_ca: cute.Tensor, t_cb: cute.Tensor,
+              stage: Int32, buf: Int32):
+        """This warpgroup's wgmmas of one k tile, one commit group."""
         cute.nvgpu.warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(t_ca, mode=[2])):
             cute.gemm(tiled_mma, acc, t_ca[(None, None, kb, stage)],
                       t_cb[(None, None, kb, buf)], acc)
         cute.nvgpu.warpgroup.commit_group()
+
+    @cute.jit
+    def mma(tiled_mma: cute.TiledMma, acc: cute.Tensor, t_ca: cute.Tensor, t_cb: cute.Tensor,
+            stage: Int32, buf: Int32, wg: Int32):
+        """Publish the decoded tile to the async proxy, meet, and issue its wgmmas (``tile_m
+        = 64``: warpgroup 0 only; warpgroup 1 only decodes)."""
+        cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
+                              space=cute.arch.SharedSpace.shared_cta)
+        cute.arch.sync_threads()
+        if cutlass.const_expr(mma_wgs * 128 == THREADS):
+            issue(tiled_mma, acc, t_ca, t_cb, stage, buf)
+        else:
+            if wg < Int32(mma_wgs):
+                issue(tiled_mma, acc, t_ca, t_cb, stage, buf)
 
     @cute.kernel
     def kernel(
@@ -158,7 +225,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        pid_m, pid_n, e, row0, live, live_end = locate(bid, m_cap, seg_ptr, cnt_ptr, num_experts)
+        pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
+                                                           num_experts)
 
         if live:
             if warp_idx == 0:
@@ -184,20 +252,30 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
                                  stride=(CHUNK, 1)),
             )
             s_q = storage.sq.get_tensor(q_layout)
+            # the same bytes as (row, thread, byte, stage): one vector load per decode
+            s_qv = cute.make_tensor(
+                storage.sq.data_ptr(),
+                cute.make_layout((tile_n, threads_per_row, bytes_per_thread, stages),
+                                 stride=(row_bytes, bytes_per_thread, 1, tile_n * row_bytes)),
+            )
+            s_lut = storage.lut.get_tensor(cute.make_layout(table))
+            for i in cutlass.range(tidx, table, THREADS, unroll=1):
+                s_lut[i] = element_value(i)
             s_s = storage.ss.get_tensor(
                 cute.make_layout((tile_n, k_scales), stride=(k_scales, 1))
             )
 
             # this tile's scale bytes: rows [pid_n * tile_n, +tile_n) of expert e, all of K
-            m_ws = cute.make_tensor(
-                wscale_ptr, cute.make_layout((n * k_scales, num_experts), stride=(1, n * k_scales))
-            )
-            base = pid_n * (tile_n * k_scales)
-            for idx in cutlass.range(tidx, tile_n * k_scales, THREADS, unroll=4):
-                s_s[idx // k_scales, idx % k_scales] = m_ws[base + idx, e]
+            m_wsv = cute.make_tensor(wscale_ptr, cute.make_layout(
+                (scale_vec, n * k_scales // scale_vec, num_experts),
+                stride=(1, scale_vec, n * k_scales)))
+            s_sv = cute.make_tensor(storage.ss.data_ptr(),
+                                    cute.make_layout((scale_vec, run_vecs), stride=(1, scale_vec)))
+            for v in cutlass.range(tidx, run_vecs, THREADS, unroll=1):
+                s_sv[None, v].store(m_wsv[None, pid_n * run_vecs + v, e].load())
 
-            g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
-            g_q = cute.local_tile(m_q, (tile_n, PACKED_K), (pid_n, None, e))
+            g_a = cute.local_tile(m_a, (tile_m, TILE_K), (pid_m, None))
+            g_q = cute.local_tile(m_q, (tile_n, row_bytes), (pid_n, None, e))
             t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
                 tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
                 cute.group_modes(g_a, 0, 2),
@@ -208,32 +286,32 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
             )
 
             wg = cute.arch.make_warp_uniform(tidx // 128)
-            thr_mma = tiled_mma.get_slice(cute.make_layout(MMA_WARPGROUPS, stride=128)(wg))
+            # the MMA warpgroup's slice and this thread's accumulator rows (tile_m = 64: the
+            # decode-only warpgroup takes warpgroup 0's, and never uses them)
+            mwg, mtid = wg, tidx
+            if cutlass.const_expr(mma_wgs * 128 != THREADS):
+                mwg = cutlass.min(wg, Int32(mma_wgs - 1))
+                mtid = tidx % (128 * mma_wgs)
+            thr_mma = tiled_mma.get_slice(cute.make_layout(mma_wgs, stride=128)(mwg))
             t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
             t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
-            c_coord = tiled_mma.get_slice(tidx).partition_C(
-                cute.make_identity_tensor((TILE_M, tile_n))
+            c_coord = tiled_mma.get_slice(mtid).partition_C(
+                cute.make_identity_tensor((tile_m, tile_n))
             )
             acc = cute.make_rmem_tensor(c_coord.shape, Float32)
             acc.fill(0.0)
 
             pipeline.pipeline_init_wait()
-            cute.arch.sync_threads()  # s_s complete before any decode reads it
+            cute.arch.sync_threads()  # s_s and s_lut complete before any decode reads them
 
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    mainloop.producer_acquire(prod)
-                    bar = mainloop.producer_get_barrier(prod)
-                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    cute.copy(tma_q, t_gq[(None, prod.count)], t_sq[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    mainloop.producer_commit(prod)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
                     prod.advance()
 
             # this thread decodes bytes [b0, b0 + bytes_per_thread) of weight row `wrow`:
-            # one scale block (bytes_per_thread <= half_block and b0 is a multiple of it)
+            # (each 8-element chunk lies in one scale block)
             wrow = tidx // threads_per_row
             b0 = (tidx % threads_per_row) * bytes_per_thread
 
@@ -241,14 +319,15 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             mainloop.consumer_wait(read)
-            decode(s_q, s_s, s_b16, b_layout.outer, wrow, b0, read.index, Int32(0), Int32(0))
-            mma(tiled_mma, acc, t_ca, t_cb, read.index, Int32(0))
+            decode(s_qv, s_s, s_lut, s_b16, b_layout.outer, wrow, b0, read.index, Int32(0),
+                   Int32(0))
+            mma(tiled_mma, acc, t_ca, t_cb, read.index, Int32(0), wg)
             read.advance()
             buf = Int32(1)
             for kt in cutlass.range(1, k_tiles, unroll=1):
                 mainloop.consumer_wait(read)
-                decode(s_q, s_s, s_b16, b_layout.outer, wrow, b0, read.index, buf, kt)
-                mma(tiled_mma, acc, t_ca, t_cb, read.index, buf)
+                decode(s_qv, s_s, s_lut, s_b16, b_layout.outer, wrow, b0, read.index, buf, kt)
+                mma(tiled_mma, acc, t_ca, t_cb, read.index, buf, wg)
                 # tile kt - 1's wgmmas are complete: free its stage and refill it
                 cute.nvgpu.warpgroup.wait_group(1)
                 mainloop.consumer_release(release)
@@ -256,18 +335,17 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
                 read.advance()
                 buf = Int32(cutlass.select_(buf == Int32(CONVERT_BUFS - 1), Int32(0), buf + 1))
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    mainloop.producer_acquire(prod)
-                    bar = mainloop.producer_get_barrier(prod)
-                    cute.copy(tma_a, t_ga[(None, prod.count)], t_sa[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    cute.copy(tma_q, t_gq[(None, prod.count)], t_sq[(None, prod.index)],
-                              tma_bar_ptr=bar)
-                    mainloop.producer_commit(prod)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
-            store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0, pid_n * tile_n,
-                  live_end, use_scale, use_pre, clamp)
+            if cutlass.const_expr(mma_wgs * 128 == THREADS):
+                store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0, pid_n * tile_n,
+                      live_end, use_scale, use_pre, clamp)
+            else:
+                if wg < Int32(mma_wgs):
+                    store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0,
+                          pid_n * tile_n, live_end, use_scale, use_pre, clamp)
 
     @cute.jit
     def launch(
@@ -278,28 +356,29 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
     ):
         m_a = cute.make_tensor(a_ptr, cute.make_layout((m_cap, k), stride=(k, 1)))
         m_q = cute.make_tensor(
-            q_ptr, cute.make_layout((n, k // 2, num_experts), stride=(k // 2, 1, n * k // 2))
+            q_ptr, cute.make_layout((n, k // elems_per_byte, num_experts),
+                                    stride=(k // elems_per_byte, 1, n * k // elems_per_byte))
         )
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
             BFloat16, BFloat16, LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(),
             LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), Float32,
-            (MMA_WARPGROUPS, 1, 1), tiler_mn=(64, tile_n),
+            (mma_wgs, 1, 1), tiler_mn=(64, tile_n),
         )
         a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
         b_layout = sm90_utils.make_smem_layout_b(
             LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, CONVERT_BUFS
         )
         q_layout = cute.make_layout(
-            (tile_n, PACKED_K, stages), stride=(PACKED_K, 1, tile_n * PACKED_K)
+            (tile_n, row_bytes, stages), stride=(row_bytes, 1, tile_n * row_bytes)
         )
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         tma_a, t_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            g2s, m_a, cute.slice_(a_layout, (None, None, 0)), (TILE_M, TILE_K)
+            g2s, m_a, cute.slice_(a_layout, (None, None, 0)), (tile_m, TILE_K)
         )
         tma_q, t_q = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, PACKED_K)
+            g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, row_bytes)
         )
-        tiles = (m_cap + (TILE_M - 1)) // TILE_M * n_tiles
+        tiles = (m_cap + (tile_m - 1)) // tile_m * n_tiles
         kernel(
             tma_a, t_a, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
             wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
@@ -309,29 +388,36 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool):
     return launch
 
 
-def compile_mxfp4_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
-                       ptrs=None, stream=None, out_f32: bool = False):
-    """``cute.compile`` the MXFP4-weight grouped GEMM for one (mode, N, K, config; default
-    ``mxfp4_default_config(n)``; output bf16, or float32 when ``out_f32``).
+def compile_mx_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
+                    ptrs=None, stream=None, out_f32: bool = False, weights: str = "mxfp4"):
+    """``cute.compile`` the MX-weight grouped GEMM for one (mode, N, K, config; default
+    ``mx_default_config(n, weights)``; output bf16, or float32 when ``out_f32``; weights
+    ``mxfp4`` or ``mxfp8``).
 
-    The compiled object takes ``(a, codes, scale_bytes, out, seg_start, counts, row_scale,
-    pre_scale, m_cap, E, use_scale, use_pre, clamp, stream)``; ``ptrs`` (the eight pointers)
-    default to fake addresses (the offline compile gate).
+    The compiled object takes ``(a, payload, scale_bytes, out, seg_start, counts,
+    row_scale, pre_scale, m_cap, E, use_scale, use_pre, clamp, stream)``; ``ptrs`` (the
+    eight pointers) default to fake addresses (the offline compile gate).
     """
-    cfg = cfg if cfg is not None else mxfp4_default_config(n)
+    cfg = cfg if cfg is not None else mx_default_config(n, weights)
     if n % cfg.tile_n or k % TILE_K:
         raise ValueError(f"N, K: expected multiples of ({cfg.tile_n}, {TILE_K}), got ({n}, {k})")
     if ptrs is None:
         ptrs = (
-            _fake_ptr(BFloat16, 16), _fake_ptr(Uint8, 16), _fake_ptr(Uint8, 1),
+            _fake_ptr(BFloat16, 16), _fake_ptr(Uint8, 16), _fake_ptr(Uint8, 16),
             _fake_ptr(Float32 if out_f32 else BFloat16, 4 if out_f32 else 2),
             _fake_ptr(Int32, 4), _fake_ptr(Int32, 4), _fake_ptr(Float32, 4),
             _fake_ptr(Float32, 16),
         )
     return cute.compile(
-        _make(mode, n, k, cfg, out_f32), *ptrs, Int32(TILE_M), Int32(1), Int32(0), Int32(0),
-        Float32(0.0), stream if stream is not None else cuda.CUstream(0),
+        _make(mode, n, k, cfg, out_f32, weights), *ptrs, Int32(TILE_M), Int32(1), Int32(0),
+        Int32(0), Float32(0.0), stream if stream is not None else cuda.CUstream(0),
     )
+
+
+def compile_mxfp4_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
+                       ptrs=None, stream=None, out_f32: bool = False):
+    """``compile_mx_gemm`` for MXFP4 weights."""
+    return compile_mx_gemm(mode, n, k, cfg, ptrs, stream, out_f32, "mxfp4")
 
 
 @register_kernel("grouped_gemm_mxfp4_swiglu_f32_k256_n256_n128s6")
@@ -339,6 +425,33 @@ def build_mxfp4_gemm_swiglu():
     return compile_mxfp4_gemm("swiglu", 256, 256, KernelConfig(128, 6), out_f32=True)
 
 
-@register_kernel("grouped_gemm_mxfp4_plain_k128_n192_n64s8")
+@register_kernel("grouped_gemm_mxfp4_plain_k128_n192_n64s4")
 def build_mxfp4_gemm_plain():
-    return compile_mxfp4_gemm("plain", 192, 128, KernelConfig(64, 8))
+    return compile_mxfp4_gemm("plain", 192, 128, KernelConfig(64, 4))
+
+
+@register_kernel("grouped_gemm_mxfp4_swiglu_k256_n256_m64n64s6")
+def build_mxfp4_gemm_swiglu_m64():
+    return compile_mxfp4_gemm("swiglu", 256, 256, KernelConfig(64, 6, tile_m=64))
+
+
+@register_kernel("grouped_gemm_nvfp4_swiglu_f32_k256_n256_n128s4")
+def build_nvfp4_gemm_swiglu():
+    return compile_mx_gemm("swiglu", 256, 256, KernelConfig(128, 4), out_f32=True,
+                           weights="nvfp4")
+
+
+@register_kernel("grouped_gemm_nvfp4_plain_k128_n192_n64s3")
+def build_nvfp4_gemm_plain():
+    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3), weights="nvfp4")
+
+
+@register_kernel("grouped_gemm_mxfp8_swiglu_f32_k256_n256_n128s5")
+def build_mxfp8_gemm_swiglu():
+    return compile_mx_gemm("swiglu", 256, 256, KernelConfig(128, 5), out_f32=True,
+                           weights="mxfp8")
+
+
+@register_kernel("grouped_gemm_mxfp8_plain_k128_n192_n64s3")
+def build_mxfp8_gemm_plain():
+    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3), weights="mxfp8")

@@ -17,10 +17,11 @@ from megamoe.experts.grouped_gemm_kernel import TILE_K, TILE_N
 
 KNOWN_RECIPES = ("bf16", "mxfp8", "nvfp4", "fp8_mxfp4")
 """Every recipe of CONTRACTS.md s5."""
-LAYER_RECIPES = ("bf16", "fp8_mxfp4")
-"""Recipes the layer runs today. The others (``mxfp8``, ``nvfp4``) are refused with a
-ConfigError that says so (issue 7 tracks them); the layer never silently computes a
-different recipe."""
+LAYER_RECIPES = ("bf16", "fp8_mxfp4", "mxfp8", "nvfp4")
+"""Recipes the layer runs (every recipe of CONTRACTS.md s5); the layer never silently
+computes a different recipe."""
+MXFP8_ELEMS = ("e4m3", "e5m2")
+MX_MODES = ("rceil", "floor")
 H_MULTIPLE = math.lcm(TILE_K, TILE_N)
 """H is FC1's K and FC2's N: a multiple of both GEMM tiles."""
 I_MULTIPLE = math.lcm(TILE_K, TILE_N // 2)
@@ -44,6 +45,11 @@ class LayerConfig:
         -c, c)``).
     late_weighting: ``False`` (default): the score multiplies the SwiGLU output before A2;
         ``True``: it multiplies the FC2 output.
+    mxfp8_elem, mxfp8_mode: recipe ``mxfp8`` only: the activation element (``e4m3`` or
+        ``e5m2``, A1 and A2 alike) and the MX scale mode (``rceil`` or ``floor``) of the
+        activations and of weights the layer quantizes.
+    nvfp4_input_scale, nvfp4_a2_scale: recipe ``nvfp4`` only: the global decode scales ``g``
+        of A1 and A2 (finite, > 0; CONTRACTS.md s4).
     """
 
     num_experts: int
@@ -54,6 +60,10 @@ class LayerConfig:
     recipe: str = "bf16"
     clamp: float | None = None
     late_weighting: bool = False
+    mxfp8_elem: str = "e4m3"
+    mxfp8_mode: str = "rceil"
+    nvfp4_input_scale: float = 1.0
+    nvfp4_a2_scale: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "top_k", "hidden_size", "intermediate_size", "capacity"):
@@ -69,10 +79,6 @@ class LayerConfig:
                               self.intermediate_size)
         if self.recipe not in KNOWN_RECIPES:
             raise ConfigError("recipe", f"one of {KNOWN_RECIPES}", repr(self.recipe))
-        if self.recipe not in LAYER_RECIPES:
-            raise ConfigError("recipe", f"one of {LAYER_RECIPES} (the recipes the layer "
-                              "runs today)", repr(self.recipe),
-                              "the other recipes are not implemented on the GPU yet")
         if self.clamp is not None:
             if isinstance(self.clamp, bool) or not isinstance(self.clamp, (int, float)):
                 raise ConfigError("clamp", "None or a finite float >= 0", repr(self.clamp))
@@ -81,3 +87,14 @@ class LayerConfig:
             object.__setattr__(self, "clamp", float(self.clamp))
         if not isinstance(self.late_weighting, bool):
             raise ConfigError("late_weighting", "a bool", repr(self.late_weighting))
+        if self.mxfp8_elem not in MXFP8_ELEMS:
+            raise ConfigError("mxfp8_elem", f"one of {MXFP8_ELEMS}", repr(self.mxfp8_elem))
+        if self.mxfp8_mode not in MX_MODES:
+            raise ConfigError("mxfp8_mode", f"one of {MX_MODES}", repr(self.mxfp8_mode))
+        for name in ("nvfp4_input_scale", "nvfp4_a2_scale"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                math.isfinite(v) and v > 0
+            ):
+                raise ConfigError(name, "a finite float > 0", repr(v))
+            object.__setattr__(self, name, float(v))

@@ -51,9 +51,12 @@ from megamoe import staging as _staging
 from megamoe.dispatch import api as _dispatch
 from megamoe.errors import ConfigError
 from megamoe.experts import api as _gemm
-from megamoe.experts.mxfp4 import Mxfp4Matrix, interleave_rows, quantize_mxfp4
+from megamoe.experts.mxfp4 import Mxfp4Matrix
+from megamoe.experts.mxfp8 import Mxfp8Matrix
 from megamoe.layer import a2_quant as _a2
 from megamoe.layer import permute as _permute
+from megamoe.layer import route_glue as _glue
+from megamoe.layer import weights as _weights
 from megamoe.layer.config import LayerConfig
 from megamoe.workspace import StageFormat
 
@@ -61,68 +64,8 @@ ID_DTYPES = (torch.int32, torch.int64)
 SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-STAGE_FORMATS = {"bf16": "bf16", "fp8_mxfp4": "safe_fp8"}
+STAGE_FORMATS = {"bf16": "bf16", "fp8_mxfp4": "safe_fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 """The staging format of each layer recipe's A1 (CONTRACTS.md s5 table)."""
-
-
-def _check_weights(config: LayerConfig, w13: object, w2: object) -> None:
-    e, h, i = config.num_experts, config.hidden_size, config.intermediate_size
-    for name, w, shape in (("w13", w13, (e, 2 * i, h)), ("w2", w2, (e, h, i))):
-        if config.recipe == "fp8_mxfp4" and isinstance(w, Mxfp4Matrix):
-            _check_mxfp4(name, w, shape)
-            continue
-        if not isinstance(w, torch.Tensor):
-            want = ("a torch.Tensor or an Mxfp4Matrix" if config.recipe == "fp8_mxfp4"
-                    else "a torch.Tensor")
-            raise ConfigError(name, want, type(w).__name__)
-        if config.recipe == "bf16" and w.dtype != torch.bfloat16:
-            raise ConfigError(f"{name}.dtype", "torch.bfloat16 (recipe bf16)", w.dtype)
-        if config.recipe == "fp8_mxfp4" and w.dtype not in FLOAT_DTYPES:
-            raise ConfigError(f"{name}.dtype", f"one of {FLOAT_DTYPES} (float weights, "
-                              "quantized to MXFP4 by the layer) or an Mxfp4Matrix", w.dtype)
-        if tuple(w.shape) != shape:
-            raise ConfigError(f"{name}.shape", shape, tuple(w.shape))
-        if config.recipe == "fp8_mxfp4" and not bool(torch.isfinite(w).all()):
-            raise ConfigError(name, "finite float weights", "a non-finite value")
-
-
-def _check_mxfp4(name: str, w: Mxfp4Matrix, shape: tuple[int, int, int]) -> None:
-    """Prequantized MXFP4 weights (CONTRACTS.md s4): codes uint8 (or float4_e2m1fn_x2)
-    ``[E, N, K/2]``, scale bytes uint8 (or float8_e8m0fnu) ``[E, N, >= K/32]`` (columns may
-    be padded up to a multiple of 4)."""
-    e, n, k = shape
-    codes, scales = w.codes, w.scales
-    if not isinstance(codes, torch.Tensor) or codes.dtype not in (
-        torch.uint8, torch.float4_e2m1fn_x2
-    ):
-        raise ConfigError(f"{name}.codes", "uint8 or float4_e2m1fn_x2 packed E2M1 codes",
-                          getattr(codes, "dtype", type(codes).__name__))
-    if tuple(codes.shape) != (e, n, k // 2):
-        raise ConfigError(f"{name}.codes.shape", (e, n, k // 2), tuple(codes.shape))
-    if not isinstance(scales, torch.Tensor) or scales.dtype not in (
-        torch.uint8, torch.float8_e8m0fnu
-    ):
-        raise ConfigError(f"{name}.scales", "uint8 or float8_e8m0fnu E8M0 bytes",
-                          getattr(scales, "dtype", type(scales).__name__))
-    cols = k // 32
-    padded = -(-cols // 4) * 4
-    if scales.dim() != 3 or tuple(scales.shape[:2]) != (e, n) or scales.shape[2] not in (
-        cols, padded
-    ):
-        raise ConfigError(f"{name}.scales.shape", f"({e}, {n}, {cols} or {padded})",
-                          tuple(scales.shape))
-
-
-def _prepare_mxfp4(w: torch.Tensor | Mxfp4Matrix, k: int, device: torch.device,
-                   interleave: bool) -> Mxfp4Matrix:
-    """The layer's own contiguous uint8 copy (gate/up rows interleaved for W13)."""
-    m = w if isinstance(w, Mxfp4Matrix) else quantize_mxfp4(w.to(device))
-    codes = m.codes.to(device).view(torch.uint8)
-    scales = m.scales.to(device).view(torch.uint8)[..., : k // 32]
-    if interleave:
-        codes, scales = interleave_rows(codes), interleave_rows(scales)
-    return Mxfp4Matrix(codes.contiguous().clone(), scales.contiguous().clone())
 
 
 class MoELayer:
@@ -135,12 +78,12 @@ class MoELayer:
     modified).
     """
 
-    def __init__(self, config: LayerConfig, w13: torch.Tensor | Mxfp4Matrix,
-                 w2: torch.Tensor | Mxfp4Matrix,
+    def __init__(self, config: LayerConfig, w13: torch.Tensor | Mxfp4Matrix | Mxfp8Matrix,
+                 w2: torch.Tensor | Mxfp4Matrix | Mxfp8Matrix,
                  device: torch.device | str = "cuda") -> None:
         if not isinstance(config, LayerConfig):
             raise ConfigError("config", "a megamoe.layer.LayerConfig", type(config).__name__)
-        _check_weights(config, w13, w2)
+        _weights.check_weights(config, w13, w2)
         self.config = config
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
@@ -148,26 +91,32 @@ class MoELayer:
         c, k, e = config.capacity, config.top_k, config.num_experts
         h, i = config.hidden_size, config.intermediate_size
         dev = self.device
-        self._mx = config.recipe == "fp8_mxfp4"
-        if self._mx:
-            self._w13 = _prepare_mxfp4(w13, h, dev, interleave=True)
-            self._w2 = _prepare_mxfp4(w2, i, dev, interleave=False)
-        else:
-            self._w13 = _gemm.interleave_gate_up(w13.to(dev))
-            self._w2 = w2.to(dev).contiguous()
-        self._stage_ws = _staging.StagingWorkspace.create(
-            c, k, h, StageFormat(STAGE_FORMATS[config.recipe]), dev
-        )
+        self._mx = config.recipe == "fp8_mxfp4"  # safe-FP8 row scales beside A1 and A2
+        self._mx8 = config.recipe == "mxfp8"  # block scales folded into bf16 A1 and A2
+        self._nv = config.recipe == "nvfp4"  # block scales folded; g in a per-row pre-scale
+        self._quantized = config.recipe != "bf16"  # float32 act and an a2 stage
+        self._w13 = _weights.prepare_weights(config, w13, h, dev, gate_up=True)
+        self._w2 = _weights.prepare_weights(config, w2, i, dev, gate_up=False)
+        fmt = (StageFormat("mxfp8", config.mxfp8_elem, config.mxfp8_mode) if self._mx8
+               else StageFormat(STAGE_FORMATS[config.recipe]))
+        self._stage_ws = _staging.StagingWorkspace.create(c, k, h, fmt, dev)
         self._layout_ws = _dispatch.LayoutWorkspace(_dispatch.LayoutShape(1, c, k, e), dev)
         routes = c * k
         self._m_cap = _gemm.capacity_rows(routes, e)
         self._a1 = torch.zeros(self._m_cap, h, dtype=torch.bfloat16, device=dev)
         self._a2 = torch.zeros(self._m_cap, i, dtype=torch.bfloat16, device=dev)
-        # fp8_mxfp4 only: the rows' safe-FP8 scale wires (A1's gathered, A2's) and float32 act
-        mx_rows = self._m_cap if self._mx else 0
+        # fp8_mxfp4: the rows' safe-FP8 scale wires (A1's gathered, A2's); nvfp4: each row's
+        # g_act * g_weight[e] (one spare row: routes past the live count write there)
+        mx_rows = self._m_cap + 1 if (self._mx or self._nv) else 0
         self._pre1 = torch.zeros(mx_rows, _gemm.PRE_LANES, dtype=torch.float32, device=dev)
         self._pre2 = torch.zeros(mx_rows, _gemm.PRE_LANES, dtype=torch.float32, device=dev)
-        self._act = torch.zeros(mx_rows, i if self._mx else 0, dtype=torch.float32, device=dev)
+        # quantized recipes: FC1's float32 act, quantized to A2 by the a2 stage
+        q_rows = self._m_cap if self._quantized else 0
+        self._act = torch.zeros(q_rows, i if self._quantized else 0, dtype=torch.float32,
+                                device=dev)
+        # nvfp4: the activations' global scales as float32 device scalars
+        self._g_in = torch.tensor(config.nvfp4_input_scale, dtype=torch.float32, device=dev)
+        self._g_a2 = torch.tensor(config.nvfp4_a2_scale, dtype=torch.float32, device=dev)
         self._h2 = torch.zeros(self._m_cap, h, dtype=torch.bfloat16, device=dev)
         # one spare entry: routes i >= N write their (unused) score there
         self._row_scale = torch.zeros(self._m_cap + 1, dtype=torch.float32, device=dev)
@@ -175,12 +124,16 @@ class MoELayer:
         self._out = torch.zeros(c, h, dtype=torch.bfloat16, device=dev)
         self._counts = torch.zeros(e, dtype=torch.int32, device=dev)
         self._seg = torch.zeros(e + 1, dtype=torch.int32, device=dev)
-        self._route = torch.arange(routes, dtype=torch.int64, device=dev)
         self._rows = torch.arange(c, dtype=torch.int64, device=dev)
         self._src_row = torch.zeros(routes, dtype=torch.int64, device=dev)
         self._pos = torch.zeros(routes, dtype=torch.int64, device=dev)
         self._term_row = torch.zeros(routes, dtype=torch.int64, device=dev)
         self._live = torch.zeros(1, dtype=torch.int32, device=dev)
+        self._g_act = torch.stack((self._g_in, self._g_a2))
+        self._tables = _glue.RouteTables(
+            self._counts, self._seg, self._src_row, self._pos, self._term_row, self._row_scale,
+            (self._pre1, self._pre2) if self._nv else None,
+        )
         self._warm = False
         self._destroyed = False
         self.last_paths: dict[str, str] | None = None
@@ -258,16 +211,27 @@ class MoELayer:
                         score_dtypes=(topk_weights.dtype,))
         if self.device.type == "cuda":
             _dispatch.warmup(self.device)
+            _glue.warmup(self.device)
             _permute.warmup(self.device, torch.int64, torch.int64)
             _permute.warmup(self.device, torch.int64, torch.int32)
             cfg = self.config
             h, i = cfg.hidden_size, cfg.intermediate_size
-            if self._mx:
-                _permute.warmup(self.device, torch.int64, torch.int32, widen=True)
-                _a2.warmup(self.device)
-                _gemm.warmup("swiglu", 2 * i, h, self.device, weights="mxfp4",
+            if self._quantized:
+                wk = "mxfp4" if self._mx else "mxfp8"
+                if self._mx:
+                    _permute.warmup(self.device, torch.int64, torch.int32, widen=True)
+                    _a2.warmup(self.device)
+                elif self._nv:
+                    wk = "nvfp4"
+                    _permute.warmup(self.device, torch.int64, torch.int32, nvfp4=True)
+                    _a2.warmup(self.device, nvfp4=True)
+                else:
+                    _permute.warmup(self.device, torch.int64, torch.int32,
+                                    mx_elem=cfg.mxfp8_elem)
+                    _a2.warmup(self.device, mxfp8=(cfg.mxfp8_elem, cfg.mxfp8_mode))
+                _gemm.warmup("swiglu", 2 * i, h, self.device, weights=wk,
                              out_dtype=torch.float32)
-                _gemm.warmup("plain", h, i, self.device, weights="mxfp4")
+                _gemm.warmup("plain", h, i, self.device, weights=wk)
             else:
                 _gemm.warmup("swiglu", 2 * i, h, self.device)
                 _gemm.warmup("plain", h, i, self.device)
@@ -310,11 +274,15 @@ class MoELayer:
         early = None if cfg.late_weighting else self._row_scale[: self._m_cap]
         late = self._row_scale[: self._m_cap] if cfg.late_weighting else None
         terms = self._terms.view(cfg.capacity, cfg.top_k, cfg.hidden_size)
+        pre1 = self._pre1[: self._m_cap] if (self._mx or self._nv) else None
+        pre2 = self._pre2[: self._m_cap] if (self._mx or self._nv) else None
         n = self._layout_ws.view("num_routes")
 
         def stage() -> str:
+            extra = {"global_scale": cfg.nvfp4_input_scale} if self._nv else {}
             return _staging.stage(ws, hidden, topk_ids, topk_weights,
-                                  num_experts=cfg.num_experts, live_tokens=live_tokens).path
+                                  num_experts=cfg.num_experts, live_tokens=live_tokens,
+                                  **extra).path
 
         def layout() -> str:
             lay = _dispatch.dispatch_layout(ws.ids, cfg.num_experts, 1,
@@ -323,6 +291,12 @@ class MoELayer:
             return lay.path
 
         def gather() -> str:
+            if self._nv:
+                return _permute.widen_nvfp4_rows(ws.payload, ws.scales, self._a1,
+                                                 self._src_row, self._pos, n)
+            if self._mx8:
+                return _permute.widen_mx_rows(ws.payload, ws.scales, self._a1, self._src_row,
+                                              self._pos, n, cfg.mxfp8_elem)
             if not self._mx:
                 return _permute.permute_rows(ws.payload, self._a1, self._src_row, self._pos, n)
             path = _permute.widen_rows(ws.payload, self._a1, self._src_row, self._pos, n)
@@ -333,18 +307,23 @@ class MoELayer:
         def fc1() -> str:
             return _gemm.grouped_gemm(
                 self._a1, self._w13, self._seg, self._counts,
-                self._act if self._mx else self._a2, mode="swiglu", row_scale=early,
-                clamp=cfg.clamp, pre_scale=self._pre1 if self._mx else None,
+                self._act if self._quantized else self._a2, mode="swiglu", row_scale=early,
+                clamp=cfg.clamp, pre_scale=pre1,
             )
 
-        def a2() -> str:
-            return _a2.quantize_a2_safe_fp8(self._act, self._a2, self._pre2, self._seg,
-                                            self._counts)
+        def a2() -> str:  # the GEMM rows of the routes, as the gathers walk them
+            if self._nv:
+                return _a2.quantize_a2_nvfp4(self._act, self._a2, self._pos, n,
+                                             cfg.nvfp4_a2_scale)
+            if self._mx8:
+                return _a2.quantize_a2_mxfp8(self._act, self._a2, self._pos, n,
+                                             cfg.mxfp8_elem, cfg.mxfp8_mode)
+            return _a2.quantize_a2_safe_fp8(self._act, self._a2, pre2, self._pos, n)
 
         def fc2() -> str:
             return _gemm.grouped_gemm(self._a2, self._w2, self._seg, self._counts, self._h2,
                                       mode="plain", row_scale=late,
-                                      pre_scale=self._pre2 if self._mx else None)
+                                      pre_scale=pre2)
 
         def scatter() -> str:
             return _permute.permute_rows(self._h2, self._terms, self._pos, self._term_row, n)
@@ -360,32 +339,20 @@ class MoELayer:
 
         plan = [("stage", stage), ("layout", layout), ("gather", gather), ("fc1", fc1),
                 ("fc2", fc2), ("scatter", scatter), ("combine", combine)]
-        if self._mx:
+        if self._quantized:
             plan.insert(4, ("a2", a2))
         return plan
 
     __call__ = forward
 
     def _route_indices(self, lay) -> None:
-        """Device-side glue (graph-capturable): counts, padded segment starts, and for every
-        routed slot ``i < N`` its source row, its GEMM row and its term row; its score into
-        the GEMM row's scale. Entries ``i >= N`` point at row 0 / the spare scale entry and
-        are never used by the permutes (they stop at ``N``)."""
-        cfg = self.config
-        self._counts.copy_(lay.expert_counts)
-        self._seg.copy_(_gemm.padded_segment_starts(self._counts))
-        valid = self._route < lay.num_routes
-        expert = torch.where(valid, lay.order_expert[: self._route.numel()], 0)
-        rank_row_slot = lay.order[: self._route.numel()]
-        row = torch.where(valid, rank_row_slot[:, 1], 0)
-        slot = torch.where(valid, rank_row_slot[:, 2], 0)
-        pos = self._seg.to(torch.int64)[expert] + self._route - lay.expert_offsets[expert]
-        self._src_row.copy_(row)
-        self._pos.copy_(torch.where(valid, pos, 0))
-        self._term_row.copy_(row * cfg.top_k + slot)
-        score = self._stage_ws.scores[row, slot]
-        spare = torch.full_like(pos, self._m_cap)
-        self._row_scale.index_copy_(0, torch.where(valid, pos, spare), score)
+        """The route tables (``megamoe.layer.route_glue``): counts, padded segment starts,
+        and for every routed slot ``i < N`` its source row, GEMM row and term row; its score
+        into the GEMM row's scale (nvfp4: the row's global-scale products into the pre-scale
+        wires)."""
+        g = (_glue.GlobalScales(self._g_act, self._w13.global_scale, self._w2.global_scale)
+             if self._nv else None)
+        _glue.build_route_tables(lay, self._stage_ws.scores, self.config.top_k, self._tables, g)
 
     def check_errors(self) -> None:
         """Raise ``RouteError`` for the first bad route recorded by forwards run under CUDA
@@ -397,9 +364,9 @@ class MoELayer:
         """Release every buffer; any later call raises ``ConfigError``."""
         if self._destroyed:
             return
-        for name in ("_w13", "_w2", "_stage_ws", "_layout_ws", "_a1", "_a2", "_h2", "_pre1",
+        for name in ("_w13", "_w2", "_stage_ws", "_layout_ws", "_a1", "_a2", "_h2", "_pre1", "_g_in", "_g_a2",
                      "_pre2", "_act",
-                     "_row_scale", "_terms", "_out", "_counts", "_seg", "_route", "_rows",
+                     "_row_scale", "_terms", "_out", "_counts", "_seg", "_tables", "_g_act", "_rows",
                      "_src_row", "_pos", "_term_row", "_live"):
             setattr(self, name, None)
         self._destroyed = True

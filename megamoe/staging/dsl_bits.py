@@ -21,6 +21,8 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 from cutlass._mlir.dialects import llvm
 
+from megamoe.staging.constants import MX_EMAX_ELEM, MX_FMAX
+
 NO_EXP = -200
 _MAGIC = 8388608.0  # 2**23
 
@@ -111,3 +113,67 @@ def e4m3_to_float(byte: Int32) -> Float32:
                                 normal))
     v = Float32(cutlass.select_((byte & 0x80) != Int32(0), -v, v))
     return Float32(cutlass.select_((byte & 0x7F) == Int32(0x7F), i2f(Int32(0x7FC00000)), v))
+
+
+E5M2_SUBNORMAL_STEP = 2.0**-16
+
+
+@cute.jit
+def e5m2_to_float(byte: Int32) -> Float32:
+    """The exact float32 value of one E5M2 byte (CONTRACTS.md s4): exponent 31 is +-Inf
+    (mantissa 0) or NaN."""
+    ex = (byte >> 2) & 0x1F
+    m = byte & 3
+    normal = i2f(((ex + 112) << 23) | (m << 21))
+    v = Float32(cutlass.select_(ex == Int32(0), Float32(m) * Float32(E5M2_SUBNORMAL_STEP),
+                                normal))
+    v = Float32(cutlass.select_(ex == Int32(31), i2f(Int32(0x7F800000)), v))
+    v = Float32(cutlass.select_((ex == Int32(31)) & (m != Int32(0)), i2f(Int32(0x7FC00000)), v))
+    return Float32(cutlass.select_((byte & 0x80) != Int32(0), -v, v))
+
+
+
+E8M0_NAN_BYTE = 0xFF
+
+
+@cute.jit
+def e8m0_to_float(byte: Int32) -> Float32:
+    """The float32 value of one E8M0 scale byte (CONTRACTS.md s4): ``2**(byte - 127)``
+    (byte 0: the subnormal ``2**-127``), byte 0xFF NaN. ``byte`` must be 0..255 (mask a
+    widened Uint8 load with ``& 0xFF``: it sign-extends)."""
+    bits = Int32(cutlass.select_(byte == Int32(0), Int32(0x00400000), byte << 23))
+    return i2f(Int32(cutlass.select_(byte == Int32(E8M0_NAN_BYTE), Int32(0x7FC00000), bits)))
+
+
+@cute.jit
+def e2m1_to_float(code: Int32) -> Float32:
+    """The exact float32 value of one E2M1 code (bit 3 the sign; CONTRACTS.md s4):
+    magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6."""
+    m = code & 7
+    ex = (m >> 1) & 3
+    twice = Int32(cutlass.select_(ex == Int32(0), m & 1, ((m & 1) + 2) << (ex - 1)))
+    v = Float32(twice) * Float32(0.5)
+    return Float32(cutlass.select_((code & 8) != Int32(0), -v, v))
+
+def make_mx_exponent(elem: str, mode: str):
+    """``(e, byte)`` of one MXFP8 block from the bits of its float32 ``amax`` (CONTRACTS.md
+    s4): ``rceil`` ``e = ceil(log2(amax / fmax))`` (one float32 division), ``floor`` ``e =
+    floor(log2(amax)) - emax_elem``; clamped to [-127, 127]; byte ``e + 127``, 0 for an
+    all-zero block, 0xFF for a block holding NaN/Inf."""
+    fmax = MX_FMAX[elem]
+    emax = MX_EMAX_ELEM[elem]
+
+    @cute.jit
+    def mx_exponent(amax_b: Int32):
+        bad = amax_b >= Int32(0x7F800000)
+        zero = amax_b == Int32(0)
+        e = Int32(NO_EXP)
+        if cutlass.const_expr(mode == "rceil"):
+            e = ceil_log2(f2i(i2f(amax_b) / Float32(fmax)))
+        else:
+            e = floor_log2(amax_b) - emax
+        e = cutlass.min(cutlass.max(e, Int32(-127)), Int32(127))
+        byte = sel(zero, 0, e + 127)
+        return e, sel(bad, 0xFF, byte)
+
+    return mx_exponent

@@ -30,11 +30,8 @@ from cutlass import Float32, Float64, Int16, Int32, Int64, Uint8
 
 from megamoe.kernel_registry import register_kernel
 from megamoe.staging.dsl_bits import (
-    NO_EXP,
-    ceil_log2,
-    f2i,
-    floor_log2,
     i2f,
+    make_mx_exponent,
     make_sat_fp8,
     pow2,
     sel,
@@ -48,8 +45,6 @@ from megamoe.staging.route_kernel import (
     make_route_rows,
 )
 
-MX_FMAX = {"e4m3": 448.0, "e5m2": 57344.0}
-MX_EMAX = {"e4m3": 8, "e5m2": 15}
 BLOCK = 32
 VEC_ELEMS = 8  # bf16 elements per 16-byte vector
 
@@ -57,8 +52,7 @@ VEC_ELEMS = 8  # bf16 elements per 16-byte vector
 def _make(K: int, elem: str, mode: str):
     route_rows = make_route_rows(K)
     sat_fp8 = make_sat_fp8(elem)
-    fmax = MX_FMAX[elem]
-    emax = MX_EMAX[elem]
+    mx_exponent = make_mx_exponent(elem, mode)
 
     @cute.kernel
     def _mxfp8_stage_kernel(
@@ -122,15 +116,7 @@ def _make(K: int, elem: str, mode: str):
                         bits.append(b)
                         amax_b = cutlass.max(amax_b, b & 0x7FFFFFFF)
                     bad = amax_b >= Int32(0x7F800000)
-                    zero = amax_b == Int32(0)
-                    e = Int32(NO_EXP)
-                    if cutlass.const_expr(mode == "rceil"):
-                        e = ceil_log2(f2i(i2f(amax_b) / Float32(fmax)))
-                    else:
-                        e = floor_log2(amax_b) - emax
-                    e = cutlass.min(cutlass.max(e, Int32(-127)), Int32(127))
-                    byte = sel(zero, 0, e + 127)
-                    byte = sel(bad, 0xFF, byte)
+                    e, byte = mx_exponent(amax_b)
                     scale = pow2(Int32(0) - e)
                     pf = cute.make_rmem_tensor(cute.make_layout(BLOCK), Uint8)
                     for q in cutlass.range_constexpr(BLOCK):

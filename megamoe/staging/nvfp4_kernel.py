@@ -59,13 +59,31 @@ def e2m1_code(v: Float32) -> Int32:
     return code | sel(neg, 8, 0)
 
 
+_B_SIX = f32_bits(c.E2M1_MAX)
+_B_TINY = f32_bits(c.E4M3_TINY)
+_B_MAX = f32_bits(c.E4M3_MAX)
+_B_ONE = f32_bits(1.0)
+_sat_e4m3 = make_sat_fp8("e4m3")
+
+
+@cute.jit
+def nvfp4_block_scale(amax_b: Int32, g: Float32, inv_g: Float32):
+    """``(scode, s, r)`` of one NVFP4 block from the bits of its float32 ``amax``
+    (CONTRACTS.md s4): ``scode = e4m3(clamp((amax / 6) / g, 2**-6, 448))`` (the byte),
+    ``s = float32(scode)``, ``r = (1 / g) / s`` (``inv_g`` = ``1 / g``), one IEEE float32
+    operation per step."""
+    six = i2f(Int32(_B_SIX))
+    p = (i2f(amax_b) / six) / g
+    p = fsel(p < i2f(Int32(_B_TINY)), i2f(Int32(_B_TINY)), p)
+    p = fsel(p > i2f(Int32(_B_MAX)), i2f(Int32(_B_MAX)), p)
+    scode = _sat_e4m3(p)
+    s32 = i2f((((scode >> 3) + 120) << 23) | ((scode & 7) << 20))
+    return scode, s32, inv_g / s32
+
+
 def _make(K: int):
     route_rows = make_route_rows(K)
-    sat_e4m3 = make_sat_fp8("e4m3")
-    b_six = f32_bits(c.E2M1_MAX)
-    b_tiny = f32_bits(c.E4M3_TINY)
-    b_max = f32_bits(c.E4M3_MAX)
-    b_one = f32_bits(1.0)
+    b_one = _B_ONE
 
     @cute.kernel
     def _nvfp4_stage_kernel(
@@ -112,9 +130,7 @@ def _make(K: int):
             )
             g = i2f(g_bits)
             inv_g = i2f(Int32(b_one)) / g
-            six = i2f(Int32(b_six))
-            tiny = i2f(Int32(b_tiny))
-            fmax = i2f(Int32(b_max))
+            six = i2f(Int32(_B_SIX))
             start = (bidx - route_blocks) * THREADS + tidx
             stride = (gdim - route_blocks) * THREADS
             for i in range(start, live * nblk, stride):
@@ -134,12 +150,7 @@ def _make(K: int):
                     bits.append(b)
                     amax_b = cutlass.max(amax_b, b & 0x7FFFFFFF)
                 bad = amax_b >= Int32(0x7F800000)
-                p = (i2f(amax_b) / six) / g
-                p = fsel(p < tiny, tiny, p)
-                p = fsel(p > fmax, fmax, p)
-                scode = sat_e4m3(p)
-                s32 = i2f((((scode >> 3) + 120) << 23) | ((scode & 7) << 20))
-                rr = inv_g / s32
+                scode, _s32, rr = nvfp4_block_scale(amax_b, g, inv_g)
                 pf = cute.make_rmem_tensor(cute.make_layout(BLOCK // 2), Uint8)
                 for q in cutlass.range_constexpr(BLOCK // 2):
                     v0 = i2f(bits[2 * q]) * rr

@@ -78,6 +78,21 @@ _B_ONE = f32_bits(1.0)
 _B_NAN = 0x7FC00000
 
 
+
+@cute.jit
+def block_max(v: Int32, red, lane: Int32, warp: Int32, warps: int) -> Int32:
+    """The largest ``v`` of a block's ``warps`` warps, in every thread (this one: ``lane`` of
+    ``warp``): per warp by shuffles, then through ``warps`` int32 of shared memory ``red``
+    (the caller synchronizes before ``red`` is written again)."""
+    v = cute.arch.warp_reduction_max(v)
+    if lane == Int32(0):
+        red[warp] = v
+    cute.arch.sync_threads()
+    out = red[0]
+    for w in cutlass.range_constexpr(1, warps):
+        out = cutlass.max(out, red[w])
+    return out
+
 @cute.jit
 def safe_fp8_scale(amax_b: Int32):
     """``(q, d, bad, tiny)`` of a row from the bits of its float32 ``amax`` (CONTRACTS.md s4,
@@ -172,14 +187,8 @@ def _make(K: int):
                     for i in range(tidx, hidden, SAFE_THREADS):
                         b = (Int32(m_x[row, i]) & 0xFFFF) << 16
                         amax_b = cutlass.max(amax_b, b & 0x7FFFFFFF)
-                amax_b = cute.arch.warp_reduction_max(amax_b)
-                if lane == Int32(0):
-                    red[warp] = amax_b
-                cute.arch.sync_threads()
-                amax_b = red[0]
-                for w in cutlass.range_constexpr(1, SAFE_WARPS):
-                    amax_b = cutlass.max(amax_b, red[w])
-                q, d, bad_i, tiny_i = safe_fp8_scale(amax_b)
+                q, d, bad_i, tiny_i = safe_fp8_scale(block_max(amax_b, red, lane, warp,
+                                                               SAFE_WARPS))
                 extra = sel(bad_i != Int32(0), c.ROW_CODE_NON_FINITE_INPUT, 0)
             # the row's routes (its failure code is known): one thread, while the others
             # write the payload

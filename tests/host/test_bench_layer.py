@@ -65,20 +65,26 @@ def test_declared_work_is_touched_weight_bytes_or_active_flops(tiny) -> None:  #
     assert math.isclose(big.flops / slots, 6 * TINY.hidden * TINY.inter)
 
 
-def test_fp8_mxfp4_layer_benchmark_checks_its_layer_and_declares_mxfp4_bytes(tiny) -> None:  # type: ignore[no-untyped-def]
-    from megamoe.bench.benchmarks import layer_fp8_mxfp4 as mb
+@pytest.mark.parametrize(("name", "recipe", "bytes_per_32"), [
+    ("layer-fp8-mxfp4", "fp8_mxfp4", 17), ("layer-mxfp8", "mxfp8", 33),
+    ("layer-nvfp4", "nvfp4", 18),
+])
+def test_quantized_layer_benchmarks_check_their_layer_and_declare_their_bytes(
+        tiny, name: str, recipe: str, bytes_per_32: int) -> None:  # type: ignore[no-untyped-def]
+    from megamoe.bench.benchmarks import layer_quantized as qb
 
-    mb._MX.clear()
-    bench = get_benchmark("layer-fp8-mxfp4")
+    qb._MX.clear()
+    bench = get_benchmark(name)
     assert [b.name for b in bench.baselines] == ["torch-grouped-mm", "layer-bf16"]
     assert bench.cases == get_benchmark("layer").cases
-    work = mb.build_layer_fp8_mxfp4(_case("skewed", 4), CTX)
+    build = qb.make_builder(next(q for q in qb.RECIPES if q.recipe == recipe))
+    work = build(_case("skewed", 4), CTX)
     work.check()  # the layer's rows against the oracle (CPU path here)
-    per_expert = 3 * TINY.inter * TINY.hidden * 17 // 32
+    per_expert = 3 * TINY.inter * TINY.hidden * bytes_per_32 // 32
     assert work.ceiling == "copy_bw" and work.bytes_moved == per_expert  # one expert
-    big = mb.build_layer_fp8_mxfp4(_case("uniform", 70), CTX)
+    big = build(_case("uniform", 70), CTX)
     assert big.ceiling == "fp8_mm" and big.flops > 0
-    mb._MX.clear()
+    qb._MX.clear()
 
 
 def test_layer_stages_table_lists_every_stage_of_the_plan_in_order() -> None:
@@ -91,3 +97,20 @@ def test_layer_stages_table_lists_every_stage_of_the_plan_in_order() -> None:
     assert table[0] == ("| case | stage (us) | layout (us) | fc1 (us) | a2 (us) | "
                         "forward (us) |")
     assert table[2] == "| fp8_mxfp4 deepseek-uniform-T1 | 2.0 | 50.0 | 100.0 | 3.0 | 200.0 |"
+
+
+def test_mx_gemm_table_has_a_column_per_variant() -> None:
+    from megamoe.bench.mx_gemm import render
+
+    rows = [{"case": "mxfp4 deepseek T1 fc1", "experts": 8, "rows_per_expert": 1,
+             "median_s": {"n64s4": 1.8e-4, "m64n64s6": 1.2e-4}}]
+    table = render(rows).splitlines()
+    assert table[0] == "| case | experts x rows | n64s4 (us) | m64n64s6 (us) |"
+    assert table[2] == "| mxfp4 deepseek T1 fc1 | 8 x 1 | 180.0 | 120.0 |"
+
+
+def test_mx_gemm_refuses_an_unknown_variant_before_touching_a_gpu() -> None:
+    from megamoe.bench.mx_gemm import profile
+
+    with pytest.raises(SystemExit, match="n999s9"):
+        profile("mxfp4", "deepseek", 1, ["n64s4", "n999s9"], 1, 1)

@@ -15,7 +15,7 @@ from megamoe.experts import api
 from megamoe.experts.api import PRE_LANES, grouped_gemm, grouped_gemm_torch
 from megamoe.experts.mxfp4 import Mxfp4Matrix, dequantize_mxfp4, interleave_rows, quantize_mxfp4
 from megamoe.layer import a2_quant, permute, permute_kernel
-from megamoe.layer.a2_quant import quantize_a2_safe_fp8
+from megamoe.layer.a2_quant import quantize_a2_safe_fp8, segment_rows
 from megamoe.layer.permute import widen_rows
 from oracle import formats as of
 from oracle.ffn import rows_matmul, swiglu
@@ -168,7 +168,7 @@ def test_a2_quantizer_matches_the_oracle_on_live_rows_only() -> None:
     act[129] *= 1e-25  # tiny path
     a2 = torch.full((m_cap, 64), 5.0, dtype=torch.bfloat16)
     d = torch.full((m_cap, 4), 5.0)
-    assert quantize_a2_safe_fp8(act, a2, d, seg, counts) == a2_quant.PATH_TORCH
+    assert quantize_a2_safe_fp8(act, a2, d, *segment_rows(seg, counts, m_cap)) == a2_quant.PATH_TORCH
     live = live_mask(seg.tolist(), counts.tolist(), m_cap)
     payload, want_d = of.safe_fp8_quantize(act[live])
     assert same_bits(a2[live], payload.to(torch.bfloat16))

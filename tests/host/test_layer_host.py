@@ -12,7 +12,7 @@ import torch
 from megamoe import ConfigError, RouteError
 from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
-from megamoe.layer.config import H_MULTIPLE, I_MULTIPLE
+from megamoe.layer.config import H_MULTIPLE, I_MULTIPLE, KNOWN_RECIPES
 from oracle.routing import find_route_violations
 from tests.layer_check import compare_rows, layer_routes, layer_weights, oracle_output
 
@@ -39,8 +39,9 @@ def _layer(cfg: LayerConfig | None = None, seed: int = 0):
 @pytest.mark.parametrize(("field", "value"), [
     ("num_experts", 0), ("top_k", 0), ("hidden_size", -1), ("intermediate_size", 1.5),
     ("capacity", True), ("top_k", E + 1), ("hidden_size", H + 32),
-    ("intermediate_size", INTER + 16), ("recipe", "fp16"), ("recipe", "mxfp8"),
-    ("recipe", "nvfp4"),
+    ("intermediate_size", INTER + 16), ("recipe", "fp16"),
+    ("mxfp8_elem", "e3m4"), ("mxfp8_mode", "ceil"), ("nvfp4_input_scale", 0.0),
+    ("nvfp4_a2_scale", float("nan")),
     ("clamp", -1.0), ("clamp", math.inf), ("clamp", "1"), ("late_weighting", 1),
 ])
 def test_config_rejects_bad_fields_by_name(field: str, value: object) -> None:
@@ -51,14 +52,11 @@ def test_config_rejects_bad_fields_by_name(field: str, value: object) -> None:
     assert err.value.argument == field
 
 
-def test_config_is_frozen_and_recipes_not_run_are_refused_not_substituted() -> None:
+def test_config_is_frozen_and_runs_every_recipe_of_the_contract() -> None:
     cfg = LayerConfig(E, K, H, INTER, C)
     with pytest.raises(AttributeError):
         cfg.top_k = 3  # type: ignore[misc]
-    assert LAYER_RECIPES == ("bf16", "fp8_mxfp4")
-    for recipe in ("mxfp8", "nvfp4"):
-        with pytest.raises(ConfigError, match="not implemented on the GPU yet"):
-            LayerConfig(E, K, H, INTER, C, recipe=recipe)
+    assert set(LAYER_RECIPES) == set(KNOWN_RECIPES) == {"bf16", "mxfp8", "nvfp4", "fp8_mxfp4"}
 
 
 @pytest.mark.parametrize(("name", "bad"), [

@@ -119,7 +119,7 @@ def test_planted_a1_scale_after_the_clamp_is_caught(monkeypatch) -> None:  # typ
 def test_planted_a2_unrounded_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A2 as bf16(act) with d = 1 instead of its safe-FP8 quantization: FC2 sees different
     values (act is not rounded to E4M3)."""
-    def fake_a2(act, a2, d, seg, counts):  # type: ignore[no-untyped-def]
+    def fake_a2(act, a2, d, rows, count):  # type: ignore[no-untyped-def]
         a2.copy_(act.to(torch.bfloat16))
         d.fill_(1.0)
         return "torch"
@@ -128,14 +128,26 @@ def test_planted_a2_unrounded_is_caught(monkeypatch) -> None:  # type: ignore[no
     assert _problems(*_setup(recipe="fp8_mxfp4"))
 
 
+def test_planted_a2_missing_the_last_route_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A2 walks one route fewer than the layout counted: that route's GEMM row of A2 is
+    never quantized, so FC2 reads a stale row."""
+    real = ml._a2.quantize_a2_safe_fp8
+
+    def short(act, a2, d, rows, count):  # type: ignore[no-untyped-def]
+        return real(act, a2, d, rows, count - 1)
+
+    monkeypatch.setattr(ml._a2, "quantize_a2_safe_fp8", short)
+    assert _problems(*_setup(recipe="fp8_mxfp4"))
+
+
 def test_planted_mxfp4_scale_rows_not_interleaved_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """W13 codes interleaved but their scale bytes left in the canonical row order."""
-    real = ml.interleave_rows
+    real = ml._weights.interleave_rows
     calls = {"n": 0}
 
     def codes_only(x):  # type: ignore[no-untyped-def]
         calls["n"] += 1
         return real(x) if calls["n"] % 2 == 1 else x.contiguous()
 
-    monkeypatch.setattr(ml, "interleave_rows", codes_only)
+    monkeypatch.setattr(ml._weights, "interleave_rows", codes_only)
     assert _problems(*_setup(recipe="fp8_mxfp4"))

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from megamoe.combine import PLAN_SCALAR, PLAN_TORCH, PLAN_WIDE, combine_plan, masked_combine
 from megamoe.combine import warmup as combine_warmup
+from megamoe.graphs import capture
 from oracle.combine import masked_combine as oracle_combine
 from tests.host.test_dispatch_combine_host import assert_bits_equal
 
@@ -188,7 +189,7 @@ def test_combine_graph_replays_changing_contents_equal_eager(
     masked_combine(terms, ids, out, num_tokens, use_kernel=True)  # eager warm-up
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         masked_combine(terms, ids, out, num_tokens, use_kernel=True)
     kinds = ("random", "all_masked", "last_row_only", "sparse_rows", "dense", "random")
     for i, kind in enumerate(kinds):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from fixtures.scenarios import make_sequence
 from megamoe.dispatch import PATH_KERNEL, LayoutShape, LayoutWorkspace, dispatch_layout, warmup
+from megamoe.graphs import capture
 from oracle.routing import dispatch_layout as oracle_layout
 from oracle.routing import stage_routes
 from tests.host.test_dispatch_combine_host import PATTERN, assert_layout_equal
@@ -170,7 +171,7 @@ def test_layout_graph_replays_changing_routes_equal_eager_and_oracle(
     dispatch_layout(arg, experts, world, workspace=ws, use_kernel=True)  # warm, eager
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         captured = dispatch_layout(arg, experts, world, workspace=ws, use_kernel=True)
     for state in states:
         for dst, src in zip(static, _stage_state(state, capacity, cuda_device), strict=True):

@@ -8,8 +8,9 @@ from __future__ import annotations
 import torch
 
 from megamoe.experts.api import padded_segment_starts
+from megamoe.graphs import capture
 from megamoe.layer import a2_quant, permute
-from megamoe.layer.a2_quant import quantize_a2_safe_fp8, quantize_a2_torch
+from megamoe.layer.a2_quant import quantize_a2_safe_fp8, quantize_a2_torch, segment_rows
 from megamoe.layer.permute import widen_rows
 from tests.bitwise import same_bits
 
@@ -44,7 +45,7 @@ def test_widen_kernel_replays_under_a_graph_with_a_new_count(cuda_device) -> Non
     widen_rows(src, out, si, di, n)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         widen_rows(src, out, si, di, n)
     out.fill_(7.0)
     n.fill_(5)
@@ -75,8 +76,9 @@ def test_a2_kernel_equals_the_torch_path_bitwise(cuda_device) -> None:
     a2k = torch.full((m_cap, 320), 9.0, dtype=torch.bfloat16, device=cuda_device)
     dk = torch.full((m_cap, 4), 9.0, device=cuda_device)
     a2t, dt = a2k.clone(), dk.clone()
-    assert quantize_a2_safe_fp8(act, a2k, dk, seg, counts) == a2_quant.PATH_KERNEL
-    quantize_a2_torch(act, a2t, dt, seg, counts)
+    rows, n = segment_rows(seg, counts, m_cap)
+    assert quantize_a2_safe_fp8(act, a2k, dk, rows, n) == a2_quant.PATH_KERNEL
+    quantize_a2_torch(act, a2t, dt, rows, n)
     assert same_bits(a2k, a2t) and same_bits(dk, dt)
     assert bool(a2k[1].isnan().all()) and bool(dk[1].isnan().all())
     assert bool((a2k[3:128] == 9.0).all())  # padding rows of expert 0 untouched
@@ -87,19 +89,23 @@ def test_a2_kernel_replays_under_a_graph_with_new_counts(cuda_device) -> None:
     m_cap = act.shape[0]
     a2 = torch.zeros(m_cap, 320, dtype=torch.bfloat16, device=cuda_device)
     d = torch.zeros(m_cap, 4, device=cuda_device)
-    quantize_a2_safe_fp8(act, a2, d, seg, counts)
+    rows, n = segment_rows(seg, counts, m_cap)
+    quantize_a2_safe_fp8(act, a2, d, rows, n)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        quantize_a2_safe_fp8(act, a2, d, seg, counts)
+    with capture(graph):
+        quantize_a2_safe_fp8(act, a2, d, rows, n)
     new_counts = torch.tensor([1, 2, 0, 1, 100], dtype=torch.int32)
     counts.copy_(new_counts)
     seg.copy_(padded_segment_starts(new_counts))
+    new_rows, new_n = segment_rows(seg, counts, m_cap)
+    rows.copy_(new_rows)
+    n.copy_(new_n)
     a2.fill_(5.0)
     d.fill_(5.0)
     graph.replay()
     a2t = torch.full_like(a2, 5.0)
     dt = torch.full_like(d, 5.0)
-    quantize_a2_torch(act, a2t, dt, seg, counts)
+    quantize_a2_torch(act, a2t, dt, rows, n)
     torch.cuda.synchronize()
     assert same_bits(a2, a2t) and same_bits(d, dt)

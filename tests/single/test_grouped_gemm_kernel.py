@@ -25,6 +25,7 @@ import torch
 from megamoe.experts import api
 from megamoe.experts.api import capacity_rows, grouped_gemm, padded_segment_starts
 from megamoe.experts.grouped_gemm_kernel import CONFIGS, TILE_K, default_config
+from megamoe.graphs import capture
 from tests.bitwise import same_bits
 from tests.host.test_grouped_gemm_host import (
     POISON,
@@ -178,7 +179,7 @@ def test_graph_replays_match_eager_bitwise(cuda_device, mode, cfg):
         step()  # eager launch before capture (module load)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         step()
 
     gen = torch.Generator().manual_seed(42)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, RESTORED_FROM, make_sequence
 from megamoe import ConfigError, RouteError
 from megamoe.experts.mxfp4 import Mxfp4Matrix
+from megamoe.graphs import capture
 from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
 from oracle.formats import quantize_mxfp4
 from oracle.routing import find_route_violations
@@ -130,7 +131,7 @@ def test_changing_route_scenarios_replay_on_one_graph(cuda_device, recipe) -> No
     layer.forward(s_x, s_ids, s_w, live_tokens=s_live, out=out)  # warm the live-count path
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         layer.forward(s_x, s_ids, s_w, live_tokens=s_live, out=out)
     first_bits: dict[str, torch.Tensor] = {}
     assert [s.name for s in states] == list(CHANGING_ROUTE_SEQUENCE)
@@ -169,7 +170,7 @@ def _capture_clean(layer: MoELayer, x, ids, w, out):  # type: ignore[no-untyped-
     recorded; returns the graph and the clean output."""
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         layer.forward(x, ids, w, out=out)
     graph.replay()
     torch.cuda.synchronize()
@@ -274,10 +275,27 @@ def test_sanitizer_case_layer_small(cuda_device, recipe) -> None:
     one, scatter and combine."""
     e, k, h, i, c = 4, 2, 128, 64, 8
     w13, w2 = _weights(3, e, h, i)
-    layer = MoELayer(LayerConfig(e, k, h, i, c, recipe=recipe), w13, w2, cuda_device)
+    cfg = LayerConfig(e, k, h, i, c, recipe=recipe, nvfp4_input_scale=0.3,
+                      nvfp4_a2_scale=0.02)  # the nvfp4 global scales: not 1.0
+    layer = MoELayer(cfg, w13, w2, cuda_device)
     x, ids, w = _routes(23, 6, 0.3, cuda_device, e=e, k=k, h=h)
     out = layer.warmup(x, ids, w)
     assert set(layer.last_paths.values()) == KERNEL_PATHS
     report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids, recipe)
     assert report.problems == (), report
     layer.destroy()
+
+
+@pytest.mark.parametrize(("elem", "mode"), [("e5m2", "floor"), ("e4m3", "floor")])
+def test_mxfp8_other_element_and_scale_modes_meet_the_oracle(cuda_device, elem, mode) -> None:
+    """The hypothesis test runs ``mxfp8`` with E4M3 / ``rceil``; here the others."""
+    cfg = LayerConfig(E, K, H, INTER, C, recipe="mxfp8", mxfp8_elem=elem, mxfp8_mode=mode,
+                      clamp=4.0)
+    layer = MoELayer(cfg, W13, W2, cuda_device)
+    x, ids, w = _routes(31, 150, 0.3, cuda_device)
+    out = layer.warmup(x, ids, w)
+    assert set(layer.last_paths.values()) == KERNEL_PATHS
+    report = compare_rows(out, oracle_output(cfg, W13, W2, x, ids, w), ids, "mxfp8")
+    assert report.problems == (), report
+    layer.destroy()
+

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from megamoe.errors import ConfigError
 from megamoe.experts import api
 from megamoe.experts.api import grouped_gemm, grouped_gemm_torch, padded_segment_starts
 from megamoe.experts.mxfp4 import Mxfp4Matrix
@@ -81,6 +82,20 @@ def test_plain_rows_match_the_torch_path(cuda_device, cfg, out_dtype, pre) -> No
     poison_(case["out"])
     _run(case, "plain", None, cfg)
     _check(case, "plain", None)
+
+
+def test_misaligned_scale_bytes_are_refused_before_launch(cuda_device) -> None:
+    """The scale bytes are read with 16-byte vector loads: a scale tensor whose start is not
+    16-byte aligned is a ``ConfigError`` naming it, and ``out`` is untouched."""
+    case = make_mxfp4_case("plain", [3, 5], 128, 64, seed=34, device=cuda_device)
+    poison_(case["out"])
+    scales = case["b"].scales
+    shifted = torch.empty(scales.numel() + 1, dtype=torch.uint8, device=cuda_device)[1:]
+    shifted = shifted.view(scales.shape)
+    shifted.copy_(scales)
+    with pytest.raises(ConfigError, match=r"b\.scales\.data_ptr"):
+        _run(case, "plain", None, b=Mxfp4Matrix(case["b"].codes, shifted))
+    assert bool((case["out"].view(torch.int16) == POISON).all()), "out was written"
 
 
 def test_gpt_oss_shapes_in_their_default_variant(cuda_device) -> None:

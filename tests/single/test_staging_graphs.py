@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from megamoe import RouteError
+from megamoe.graphs import capture
 from megamoe.staging import (
     KERNEL_FORMATS,
     CompileDuringCaptureError,
@@ -89,7 +90,7 @@ def test_graph_replays_match_eager_and_oracle(cuda_device, fmt, path):
         run()  # eager warm call on the capture stream
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         res = run()
     assert res.path == path
     fill_guards(ws)  # guards and regions; the check record starts clean, as after warmup
@@ -148,7 +149,7 @@ def test_graph_bad_route_marks_nan_row_and_status_word(cuda_device, path):
         stage(ws, hidden, ids, w, num_experts=E, live_tokens=live, path=path)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capture(graph):
         stage(ws, hidden, ids, w, num_experts=E, live_tokens=live, path=path)
     graph.replay()
     check_errors(ws)  # good contents: nothing recorded
@@ -184,5 +185,5 @@ def test_compile_during_capture_is_an_error(cuda_device):
     x = make_hidden(gen, 16, 64, device=dev)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with pytest.raises(CompileDuringCaptureError, match="warmup"), torch.cuda.graph(graph):
+    with pytest.raises(CompileDuringCaptureError, match="warmup"), capture(graph):
         stage(ws, x, ids, w, num_experts=8)

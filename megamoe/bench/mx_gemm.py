@@ -1,0 +1,118 @@
+"""The MX grouped GEMM alone, variant against variant (issue 7 diagnostics):
+``python -m megamoe.bench.mx_gemm``.
+
+For a ``layer`` benchmark shape (``--shape``) and each token count (``--tokens``, uniform
+routes: ``min(E, T*K)`` experts with ``max(1, T*K // E)`` rows each), FC1 (swiglu, ``N =
+2I``, ``K = H``, float32 out) and FC2 (plain, ``N = H``, ``K = I``) run with each variant of
+``--configs`` (names from ``megamoe.experts.mxfp4_gemm_kernel.CONFIGS_BY_FORMAT``) on random
+weight bytes of the format ``--weights`` (the decode cost does not depend on the values).
+Each call is captured ``calls`` times in one CUDA graph and replayed ``samples`` times; the
+median per call is reported (warm L2; ``megamoe.bench.layer_stages._time_graph``). Not the
+A/B benchmark method: use it to pick a variant, then confirm with ``layer-<recipe>``.
+
+Writes ``mx_gemm.json`` and ``mx_gemm.md`` into ``--output-dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from megamoe.bench.benchmarks.layer import SHAPES
+from megamoe.bench.layer_stages import _time_graph
+
+
+def _weights(kind: str, e: int, n: int, k: int, dev: torch.device, gen: torch.Generator):
+    from megamoe.experts.mxfp4 import Mxfp4Matrix
+    from megamoe.experts.mxfp8 import Mxfp8Matrix
+    from megamoe.experts.nvfp4 import Nvfp4Matrix
+
+    def rand_bytes(lo: int, hi: int, *shape: int) -> torch.Tensor:
+        return torch.randint(lo, hi, shape, dtype=torch.uint8, generator=gen).to(dev)
+
+    if kind == "mxfp4":
+        return Mxfp4Matrix(rand_bytes(0, 256, e, n, k // 2), rand_bytes(120, 131, e, n, k // 32))
+    if kind == "mxfp8":
+        return Mxfp8Matrix(rand_bytes(0, 0x7F, e, n, k), rand_bytes(120, 131, e, n, k // 32))
+    return Nvfp4Matrix(rand_bytes(0, 256, e, n, k // 2), rand_bytes(0x30, 0x40, e, n, k // 16),
+                       torch.ones(e, dtype=torch.float32, device=dev))
+
+
+def profile(kind: str, shape: str, tokens: int, config_names: Sequence[str], calls: int,
+            samples: int) -> list[dict[str, object]]:
+    from megamoe.experts import api
+    from megamoe.experts.mxfp4_gemm_kernel import CONFIGS_BY_FORMAT
+
+    by_name = {c.name: c for c in CONFIGS_BY_FORMAT[kind]}
+    unknown = [c for c in config_names if c not in by_name]
+    if unknown:
+        raise SystemExit(f"--configs: {unknown} not among {sorted(by_name)} for {kind}")
+    dev = torch.device("cuda", torch.cuda.current_device())
+    s = SHAPES[shape]
+    routes = tokens * s.top_k
+    active, rows = min(s.experts, routes), max(1, routes // s.experts)
+    counts = torch.zeros(s.experts, dtype=torch.int32)
+    counts[:active] = rows
+    m_cap = api.capacity_rows(int(counts.sum()), s.experts)
+    seg = api.padded_segment_starts(counts).to(dev)
+    counts = counts.to(dev)
+    gen = torch.Generator().manual_seed(5)
+    out: list[dict[str, object]] = []
+    for gemm, mode, n, k, out_dtype in (("fc1", "swiglu", 2 * s.inter, s.hidden, torch.float32),
+                                        ("fc2", "plain", s.hidden, s.inter, torch.bfloat16)):
+        b = _weights(kind, s.experts, n, k, dev, gen)
+        a = torch.randn(m_cap, k, generator=gen).to(torch.bfloat16).to(dev)
+        dst = torch.empty(m_cap, n // 2 if mode == "swiglu" else n, dtype=out_dtype, device=dev)
+        times = {}
+        for name in config_names:
+            cfg = by_name[name]
+            api.warmup(mode, n, k, dev, cfg, weights=kind, out_dtype=out_dtype)
+
+            def run(cfg=cfg, b=b, a=a, dst=dst, mode=mode) -> None:
+                api.grouped_gemm(a, b, seg, counts, dst, mode=mode, config=cfg)
+
+            times[name] = _time_graph(run, calls, samples)
+        out.append({"case": f"{kind} {shape} T{tokens} {gemm}", "experts": active,
+                    "rows_per_expert": rows, "median_s": times})
+        del b
+    return out
+
+
+def render(results: Sequence[dict]) -> str:
+    names = list(results[0]["median_s"]) if results else []
+    lines = ["| case | experts x rows | " + " | ".join(f"{n} (us)" for n in names) + " |",
+             "|---|---|" + "---|" * len(names)]
+    for r in results:
+        vals = " | ".join(f"{r['median_s'][n] * 1e6:.1f}" for n in names)
+        lines.append(f"| {r['case']} | {r['experts']} x {r['rows_per_expert']} | {vals} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m megamoe.bench.mx_gemm",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--weights", default="mxfp4", choices=("mxfp4", "mxfp8", "nvfp4"))
+    ap.add_argument("--shape", default="deepseek", choices=sorted(SHAPES))
+    ap.add_argument("--tokens", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--configs", nargs="+", required=True, help="variant names, e.g. n64s4")
+    ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--samples", type=int, default=9)
+    ap.add_argument("--output-dir", type=Path, default=Path("out/bench/mx_gemm"))
+    args = ap.parse_args(argv)
+    results = [r for t in args.tokens
+               for r in profile(args.weights, args.shape, t, args.configs, args.calls,
+                                args.samples)]
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    (args.output_dir / "mx_gemm.json").write_text(json.dumps(results, indent=1))
+    table = render(results)
+    (args.output_dir / "mx_gemm.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

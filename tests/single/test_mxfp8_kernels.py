@@ -1,0 +1,123 @@
+"""The ``mxfp8`` recipe's kernels on a Hopper GPU (CONTRACTS.md s4 MXFP8, s5, s8): the
+MXFP8-weight grouped GEMM (decode in the mainloop), the MXFP8 A1 gather and the A2
+quantizer, each against its PyTorch path (checked against the oracle on the host).
+Values are compared bit for bit, NaN by position (a NaN's payload bits may differ)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from megamoe.experts import api
+from megamoe.experts.api import grouped_gemm, padded_segment_starts
+from megamoe.experts.mxfp4_gemm_kernel import MXFP8_CONFIGS
+from megamoe.experts.mxfp8 import Mxfp8Matrix
+from megamoe.layer import permute
+from megamoe.layer.a2_quant import quantize_a2_mxfp8, quantize_a2_mxfp8_torch, segment_rows
+from megamoe.layer.permute import widen_mx_rows
+from tests.host.test_grouped_gemm_host import poison_
+from tests.mxfp4_case import make_mxfp4_case
+from tests.single.test_mxfp4_gemm_kernel import SHAPES, _check, _run
+
+
+def _same_values(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Equal bits where ``want`` is a number, NaN where it is NaN."""
+    nan = want.isnan()
+    return (torch.equal(got.isnan(), nan)
+            and torch.equal(got[~nan].contiguous().view(torch.int16),
+                            want[~nan].contiguous().view(torch.int16)))
+
+
+@pytest.mark.parametrize("cfg", MXFP8_CONFIGS, ids=[c.name for c in MXFP8_CONFIGS])
+@pytest.mark.parametrize(("mode", "out_dtype"), [("swiglu", torch.float32),
+                                                 ("plain", torch.bfloat16)])
+def test_mxfp8_gemm_rows_match_the_torch_path(cuda_device, cfg, mode, out_dtype) -> None:
+    k, n = SHAPES[mode]
+    case = make_mxfp4_case(mode, [0, 1, 130, 77], k, n, seed=41, pre=False,
+                           out_dtype=out_dtype, device=cuda_device, weights="mxfp8")
+    poison_(case["out"])
+    clamp = 0.75 if mode == "swiglu" else None
+    _run(case, mode, clamp, cfg)
+    _check(case, mode, clamp)
+
+
+def test_mxfp8_decode_is_exact_for_every_byte_under_every_scale_byte(cuda_device) -> None:
+    """a = I: out = W's dequantized values; row n has scale byte n, every payload byte."""
+    n, k = 256, 256
+    payload = torch.arange(k, dtype=torch.int32).to(torch.uint8).repeat(n, 1)
+    payload[:, [0x7F, 0xFF]] = 0  # the NaN bytes would poison every output column
+    sbytes = torch.arange(n, dtype=torch.int32).to(torch.uint8).view(n, 1).expand(n, k // 32)
+    w = Mxfp8Matrix(payload.view(torch.float8_e4m3fn).unsqueeze(0).to(cuda_device),
+                    sbytes.contiguous().unsqueeze(0).to(cuda_device))
+    counts = torch.tensor([k], dtype=torch.int32)
+    eye = torch.eye(k, dtype=torch.bfloat16, device=cuda_device)
+    out = torch.empty(k, n, dtype=torch.float32, device=cuda_device)
+    assert grouped_gemm(eye, w, padded_segment_starts(counts).to(cuda_device),
+                        counts.to(cuda_device), out, mode="plain") == api.PATH_KERNEL
+    deq = w.dequantize()[0].cpu()  # float32 [N, K]
+    # the kernel multiplies bf16 values: the dequantized value rounded to bf16
+    want = deq.to(torch.bfloat16).to(torch.float32).t().contiguous()
+    poisoned = ~torch.isfinite(deq).all(dim=1)
+    want[:, poisoned] = float("nan")
+    got = out.cpu()
+    assert torch.equal(got.isnan(), want.isnan())
+    fin = ~want.isnan()
+    assert torch.equal(got[fin], want[fin])
+    assert int(poisoned.sum()) < n // 16  # only the overflowing scale bytes and 0xFF
+
+
+def gather_matches_the_torch_path(widen, src, scales, live: int, cols: int, gen, device,
+                                  *extra) -> None:
+    """``widen(src, scales, dst, si, di, n, *extra)`` (a dequantizing A1 gather) on the GPU
+    equals its PyTorch path bit for bit (NaN by position): ``live`` of the 40 source rows
+    moved to a random 40 of 64 destination rows; the other rows keep their fill."""
+    src, scales = src.to(device), scales.to(device)
+    si = torch.randperm(40, generator=gen).to(device)
+    di = torch.randperm(64, generator=gen)[:40].to(device)
+    n = torch.tensor([live], dtype=torch.int32, device=device)
+    got = torch.full((64, cols), 3.0, dtype=torch.bfloat16, device=device)
+    assert widen(src, scales, got, si, di, n, *extra) == permute.PATH_KERNEL
+    want = torch.full((64, cols), 3.0, dtype=torch.bfloat16)
+    widen(src.cpu(), scales.cpu(), want, si.cpu(), di.cpu(), n.cpu(), *extra)
+    assert _same_values(got.cpu(), want)
+
+
+def a2_matches_the_torch_path(quantize, quantize_torch, act, nan_cols: slice, device,
+                              *extra) -> None:
+    """``quantize(act, a2, rows, n, *extra)`` (an A2 quantizer) on the GPU equals its
+    PyTorch path bit for bit over the live rows of counts ``[3, 0, 129, 1]``; row 1's block
+    ``nan_cols`` (holding a NaN/Inf) is NaN; rows outside the segments keep their fill."""
+    counts = torch.tensor([3, 0, 129, 1], dtype=torch.int32)
+    seg = padded_segment_starts(counts)
+    assert act.shape[0] == int(seg[-1]) + 128
+    act = act.to(device)
+    rows, n = segment_rows(seg.to(device), counts.to(device), act.shape[0])
+    got = torch.full(act.shape, 9.0, dtype=torch.bfloat16, device=device)
+    want = got.clone()
+    assert quantize(act, got, rows, n, *extra) == "kernel"
+    quantize_torch(act, want, rows, n, *extra)
+    assert _same_values(got.cpu(), want.cpu())
+    assert bool(got[1, nan_cols].isnan().all()) and bool((got[3:128] == 9.0).all())
+
+
+@pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
+def test_mxfp8_gather_kernel_matches_the_torch_path(cuda_device, elem) -> None:
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(0, 256, (40, 512), dtype=torch.uint8, generator=g)
+    src[0, :256] = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    scales = torch.randint(100, 150, (40, 16), dtype=torch.uint8, generator=g)
+    scales[1, 3] = 255
+    scales[2, 0] = 0
+    gather_matches_the_torch_path(widen_mx_rows, src, scales, 33, 512, g, cuda_device, elem)
+
+
+@pytest.mark.parametrize(("elem", "mode"), [("e4m3", "rceil"), ("e5m2", "floor")])
+def test_mxfp8_a2_kernel_matches_the_torch_path(cuda_device, elem, mode) -> None:
+    g = torch.Generator().manual_seed(4)
+    m_cap = 640  # the segments of [3, 0, 129, 1] end at 512
+    act = torch.randn(m_cap, 320, generator=g) * torch.logspace(-40, 30, m_cap).view(-1, 1)
+    act[0, :32] = 0.0
+    act[1, 40] = float("nan")
+    act[130] *= 1e-20
+    a2_matches_the_torch_path(quantize_a2_mxfp8, quantize_a2_mxfp8_torch, act, slice(32, 64),
+                              cuda_device, elem, mode)
