@@ -16,10 +16,10 @@ with ``b`` an MXFP4 matrix per expert instead of bf16:
 Pipeline per K tile (``TILE_K`` = 64): warp 0 issues TMA copies of the A tile (bf16, 128B
 swizzle) and of the tile's packed codes (``tile_n x 32`` bytes, unswizzled) into a
 ``stages``-deep ``PipelineTmaAsync``; all 256 MMA threads then decode the codes of the stage
-(each thread: one vector load of its bytes, then per element a lookup in a float32 table of
-every code's value, ``VALUE_TABLE``, built in shared memory at kernel start, one product
-with the block's scale and one bf16 rounding: 1.7x faster than computing each value from
-its bits) into one of ``CONVERT_BUFS`` bf16 B tiles (the 128B-swizzled layout wgmma reads), make the
+(each thread: one vector load of its weight words, then per pair of elements a bf16x2 word
+built by placing the code's bits, and two bf16x2 products, one restoring the format's
+exponent bias and one with the block's scale, which rounds once to bf16:
+``packed_decode``) into one of ``CONVERT_BUFS`` bf16 B tiles (the 128B-swizzled layout wgmma reads), make the
 writes visible to the async proxy (``fence.proxy.async``), meet at a CTA barrier, and issue
 the wgmmas. Three B buffers make the reuse safe without waiting for the MMAs: a thread
 decodes tile ``kt`` into buffer ``kt % 3`` only after the barrier of tile ``kt - 1``, which
@@ -56,8 +56,17 @@ from megamoe.experts.grouped_gemm_kernel import (
     make_locate_cta,
     make_store,
 )
+from megamoe.experts.packed_decode import (
+    E2M1_REBIAS_BF16X2,
+    E4M3_REBIAS_BF16X2,
+    bf16_pair,
+    bf16x2_mul,
+    e2m1_pair_bits,
+    e4m3_pair_bits,
+    has_e4m3_nan,
+)
 from megamoe.kernel_registry import register_kernel
-from megamoe.staging.dsl_bits import e2m1_to_float, e4m3_to_float, e8m0_to_float
+from megamoe.staging.dsl_bits import e4m3_to_float, e8m0_to_float, f2i
 
 ROW_BYTES = {"mxfp4": TILE_K // 2, "mxfp8": TILE_K, "nvfp4": TILE_K // 2}
 """Bytes of a weight row's payload per K tile: packed E2M1 codes, or E4M3 bytes."""
@@ -66,9 +75,8 @@ SCALE_BLOCK = {"mxfp4": 32, "mxfp8": 32, "nvfp4": 16}
 WEIGHT_FORMATS = tuple(ROW_BYTES)
 CONVERT_BUFS = 3
 """bf16 B tiles the decode rotates through (module docstring: why three)."""
-VALUE_TABLE = {"mxfp4": 16, "mxfp8": 256, "nvfp4": 16}
-"""Entries of the decode's float32 value table in shared memory: every E2M1 code (sign
-included), or every E4M3 byte."""
+BF16_NAN_BITS = 0x7FC0
+"""The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
 MXFP4_CONFIGS = (KernelConfig(64, 4), KernelConfig(128, 6), KernelConfig(64, 6, tile_m=64))
@@ -131,7 +139,6 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     # a thread's elements start on a scale-block boundary or lie within one block, so
     # chunk c uses block (first block) + c * CHUNK // sblock
     thread_blocks = max(1, chunks_per_thread * CHUNK // sblock)
-    table = VALUE_TABLE[weights]
     # the tile's scale bytes are one contiguous run (module docstring), copied in vectors of
     # scale_vec bytes (16 unless the run or an expert's block of scale bytes is not a
     # multiple of 16; the API checks the scale tensor is 16-byte aligned)
@@ -149,45 +156,53 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         ]
         sq: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * row_bytes * stages], 128]
         ss: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * k_scales], 16]
-        lut: cute.struct.Align[cute.struct.MemRange[Float32, table], 16]
 
-    element_value = e2m1_to_float if fp4 else e4m3_to_float
-    """Entry ``i`` of the value table: the E2M1 code ``i`` or the E4M3 byte ``i``."""
     block_scale = e4m3_to_float if e4m3_scales else e8m0_to_float
     """A scale byte's value: E4M3 (NVFP4) or E8M0 (the MX formats)."""
 
+    words_per_thread = bytes_per_thread // 4
+    words_per_chunk = CHUNK // (4 * elems_per_byte)  # fp4: 1 word, fp8: 2 words
+
     @cute.jit
-    def decode(s_qv: cute.Tensor, s_s: cute.Tensor, s_lut: cute.Tensor, s_b16: cute.Tensor,
-               b_outer: cute.Layout, wrow: Int32, b0: Int32, stage: Int32, buf: Int32,
-               kt: Int32):
-        """Decode this thread's weight bytes of one stage into bf16 B buffer ``buf``: one
-        vector load of the bytes, then per element one table lookup, one float32 product
-        with the block's scale (exact, or +-Inf past float32's range, or NaN for a NaN
-        scale) and its bf16 rounding."""
-        q = cute.make_rmem_tensor(cute.make_layout(bytes_per_thread), Uint8)
-        q.store(s_qv[wrow, b0 // bytes_per_thread, None, stage].load())
+    def decode(s_qw: cute.Tensor, s_s: cute.Tensor, s_b32: cute.Tensor, b_outer: cute.Layout,
+               wrow: Int32, b0: Int32, stage: Int32, buf: Int32, kt: Int32):
+        """Decode this thread's weight words of one stage into bf16 B buffer ``buf``: one
+        vector load of the words, then per pair of elements the placed bits and two bf16x2
+        products (``packed_decode``): exactly the float32 ``value * scale`` rounded to bf16
+        (or NaN for a NaN scale or an E4M3 NaN byte, +-Inf past bf16's range)."""
+        q = cute.make_rmem_tensor(cute.make_layout(words_per_thread), Int32)
+        q.store(s_qw[wrow, b0 // bytes_per_thread, None, stage].load())
         blk = kt * (TILE_K // sblock) + (elems_per_byte * b0) // sblock
-        # & 0xFF: a Uint8 load widens with its sign bit
-        scales = [block_scale(Int32(s_s[wrow, blk + i]) & 0xFF) for i in range(thread_blocks)]
+        # & 0xFF: a Uint8 load widens with its sign bit; the scale's float32 bits >> 16 are
+        # its bf16 bits exactly (an E8M0 or E4M3 value has at most 4 significant bits)
+        scales = [bf16_pair(f2i(block_scale(Int32(s_s[wrow, blk + i]) & 0xFF)) >> 16)
+                  for i in range(thread_blocks)]
+        rebias = Int32(E2M1_REBIAS_BF16X2 if fp4 else E4M3_REBIAS_BF16X2)
         for c in cutlass.range_constexpr(chunks_per_thread):
             scale = scales[c * CHUNK // sblock]
-            frag = cute.make_rmem_tensor(cute.make_layout(CHUNK), BFloat16)
-            if cutlass.const_expr(fp4):
-                for j in cutlass.range_constexpr(CHUNK // 2):
-                    byte = Int32(q[c * (CHUNK // 2) + j]) & 0xFF
-                    frag[2 * j] = (s_lut[byte & 0xF] * scale).to(BFloat16)
-                    frag[2 * j + 1] = (s_lut[byte >> 4] * scale).to(BFloat16)
-            else:
-                # E4M3 x 2**(s - 127): exact in float32; in bf16 too unless the product is
-                # below 2**-130 (bf16 subnormals keep fewer bits), where it rounds to nearest
-                for j in cutlass.range_constexpr(CHUNK):
-                    frag[j] = (s_lut[Int32(q[c * CHUNK + j]) & 0xFF] * scale).to(BFloat16)
+            frag = cute.make_rmem_tensor(cute.make_layout(CHUNK // 2), Int32)
+            for w in cutlass.range_constexpr(words_per_chunk):
+                x = q[c * words_per_chunk + w]
+                pairs = 4 if fp4 else 2
+                for j in cutlass.range_constexpr(pairs):
+                    bits = e2m1_pair_bits(x, j) if fp4 else e4m3_pair_bits(x, j)
+                    frag[w * pairs + j] = bf16x2_mul(bf16x2_mul(bits, rebias), scale)
+                if cutlass.const_expr(not fp4):  # noqa: SIM102 (a compile-time test, then a run-time one)
+                    if has_e4m3_nan(x):
+                        for j in cutlass.range_constexpr(pairs):
+                            v = frag[w * pairs + j]
+                            lo_nan = ((x >> (16 * j)) & 0x7F) == Int32(0x7F)
+                            hi_nan = ((x >> (16 * j + 8)) & 0x7F) == Int32(0x7F)
+                            v = Int32(cutlass.select_(lo_nan, (v & -65536) | BF16_NAN_BITS, v))
+                            v = Int32(cutlass.select_(hi_nan, (v & 0xFFFF) | (BF16_NAN_BITS << 16),
+                                                      v))
+                            frag[w * pairs + j] = v
             # the chunk's place in the 128B-swizzled tile (byte address bits 4-6 ^= bits
             # 7-9; a 16-byte chunk stays contiguous)
             kpos = elems_per_byte * b0 + c * CHUNK
             off = cute.crd2idx((wrow, kpos, buf), b_outer) * 2
             off = off ^ (((off >> 7) & 7) << 4)
-            s_b16[off // (2 * CHUNK), None].store(frag.load())
+            s_b32[off // (2 * CHUNK), None].store(frag.load())
 
     @cute.jit
     def issue(tiled_mma: cute.TiledMma, acc: cute.Tensor, t_ca: cute.Tensor, t_cb: cute.Tensor,
@@ -245,22 +260,22 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             pipeline.pipeline_init_arrive()
             s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
             s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
-            # the same bytes, unswizzled, as 16-byte chunks (the decode's stores)
-            s_b16 = cute.make_tensor(
-                storage.sb.data_ptr(),
-                cute.make_layout((tile_n * TILE_K * CONVERT_BUFS // CHUNK, CHUNK),
-                                 stride=(CHUNK, 1)),
+            # the same bytes, unswizzled, as 16-byte chunks of 4 bf16x2 words (the decode's
+            # stores)
+            s_b32 = cute.make_tensor(
+                cute.recast_ptr(storage.sb.data_ptr(), dtype=Int32),
+                cute.make_layout((tile_n * TILE_K * CONVERT_BUFS // CHUNK, CHUNK // 2),
+                                 stride=(CHUNK // 2, 1)),
             )
             s_q = storage.sq.get_tensor(q_layout)
-            # the same bytes as (row, thread, byte, stage): one vector load per decode
-            s_qv = cute.make_tensor(
-                storage.sq.data_ptr(),
-                cute.make_layout((tile_n, threads_per_row, bytes_per_thread, stages),
-                                 stride=(row_bytes, bytes_per_thread, 1, tile_n * row_bytes)),
+            # the same bytes as 32-bit words (row, thread, word, stage): one vector load per
+            # decode
+            s_qw = cute.make_tensor(
+                cute.recast_ptr(storage.sq.data_ptr(), dtype=Int32),
+                cute.make_layout((tile_n, threads_per_row, words_per_thread, stages),
+                                 stride=(row_bytes // 4, words_per_thread, 1,
+                                         tile_n * row_bytes // 4)),
             )
-            s_lut = storage.lut.get_tensor(cute.make_layout(table))
-            for i in cutlass.range(tidx, table, THREADS, unroll=1):
-                s_lut[i] = element_value(i)
             s_s = storage.ss.get_tensor(
                 cute.make_layout((tile_n, k_scales), stride=(k_scales, 1))
             )
@@ -302,7 +317,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             acc.fill(0.0)
 
             pipeline.pipeline_init_wait()
-            cute.arch.sync_threads()  # s_s and s_lut complete before any decode reads them
+            cute.arch.sync_threads()  # s_s complete before any decode reads it
 
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
@@ -319,14 +334,13 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             mainloop.consumer_wait(read)
-            decode(s_qv, s_s, s_lut, s_b16, b_layout.outer, wrow, b0, read.index, Int32(0),
-                   Int32(0))
+            decode(s_qw, s_s, s_b32, b_layout.outer, wrow, b0, read.index, Int32(0), Int32(0))
             mma(tiled_mma, acc, t_ca, t_cb, read.index, Int32(0), wg)
             read.advance()
             buf = Int32(1)
             for kt in cutlass.range(1, k_tiles, unroll=1):
                 mainloop.consumer_wait(read)
-                decode(s_qv, s_s, s_lut, s_b16, b_layout.outer, wrow, b0, read.index, buf, kt)
+                decode(s_qw, s_s, s_b32, b_layout.outer, wrow, b0, read.index, buf, kt)
                 mma(tiled_mma, acc, t_ca, t_cb, read.index, buf, wg)
                 # tile kt - 1's wgmmas are complete: free its stage and refill it
                 cute.nvgpu.warpgroup.wait_group(1)
