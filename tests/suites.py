@@ -36,6 +36,10 @@ class Suite:
     needs_gpu: bool = False
     module: str | None = None
     extra_args: tuple[str, ...] = field(default=())
+    exclusive_gpu: bool = False
+    """Holds timing tests, so it needs the GPU alone: qualify.py watches for other processes
+    holding the GPU while it runs and fails it if there were any
+    (``tests.harness.gpu_neighbours``)."""
 
     def command(self, python: str, extra: list[str]) -> list[str]:
         """The command that runs this suite with ``python``."""
@@ -129,6 +133,7 @@ SUITES: dict[str, Suite] = {
             paths=("tests/single", "tests/property"),
             markexpr="gpu and not multirank and not sanitizer",
             needs_gpu=True,
+            exclusive_gpu=True,
         ),
         Suite(
             "multi",
@@ -136,6 +141,7 @@ SUITES: dict[str, Suite] = {
             paths=("tests/multi",),
             markexpr="multirank",
             needs_gpu=True,
+            exclusive_gpu=True,
         ),
         Suite(
             "sanitize",

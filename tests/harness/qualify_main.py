@@ -9,11 +9,12 @@ kernel sources, 1 otherwise.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tests.harness.cli import QualifyArgs, parse_args
 from tests.harness.environment import collect_environment, git_info
+from tests.harness.gpu_neighbours import NeighbourWatch
 from tests.harness.hashing import source_hashes
 from tests.harness.ledger import check_ledger
 from tests.harness.manifest import utc_now, write_record
@@ -90,8 +91,10 @@ def main(
     coverage: Mapping[str, SanitizerCoverage] = SANITIZE_COVERAGE,
     python: str = sys.executable,
     environment: dict | None = None,
+    neighbour_watch: Callable[[], NeighbourWatch] = NeighbourWatch,
 ) -> int:
-    """Entry point; ``root``/``suites``/``coverage``/``environment`` are injectable for tests."""
+    """Entry point; ``root``/``suites``/``coverage``/``environment``/``neighbour_watch`` are
+    injectable for tests."""
     args = parse_args(argv)
     if args.check_ledger:
         result = check_ledger(root)
@@ -120,7 +123,8 @@ def main(
                                   "finished_at": utc_now()})
         print(f"qualify.py: refused; record written to {path}", file=sys.stderr)
         return EXIT_PREFLIGHT
-    ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size, args.mode)
+    ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size, args.mode,
+                     neighbour_watch)
     runs = []
     for name, tool in plan:
         run = run_one(name, tool, ctx, suites, coverage)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.harness.gpu_neighbours import NeighbourReport, NeighbourWatch, judge_exclusive
 from tests.harness.junit import JUnitCounts, parse_junit, parse_many
 from tests.harness.runner import run_process
 from tests.harness.strict import STATUS_FAIL, STATUS_PASS, STATUS_TIMEOUT, strict_verdict
@@ -29,6 +31,8 @@ class RunContext:
     timeout: float | None = None
     world_size: int = 2
     mode: str = "real"
+    neighbour_watch: Callable[[], NeighbourWatch] = NeighbourWatch
+    """Makes the watch an ``exclusive_gpu`` suite runs under (injectable for tests)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,20 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
     return {**os.environ, "MEGAMOE_QUALIFY": "1", **extra}
 
 
+def _watch(suite: Suite, ctx: RunContext) -> NeighbourWatch | None:
+    return ctx.neighbour_watch().start() if suite.exclusive_gpu else None
+
+
+def _exclusive(watch: NeighbourWatch | None, status: str, message: str,
+               details: dict) -> tuple[str, str, dict]:
+    """Stop the watch; an exclusive suite that shared the GPU fails (``judge_exclusive``)."""
+    if watch is None:
+        return status, message, details
+    report: NeighbourReport = watch.stop()
+    status, message = judge_exclusive(status, message, report)
+    return status, message, {**details, "gpu_neighbours": report.as_dict()}
+
+
 def run_pytest_suite(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
                      label: str | None = None) -> SuiteRun:
     """A plain pytest suite: one process, one JUnit report, strict verdict."""
@@ -90,12 +108,14 @@ def run_pytest_suite(suite: Suite, ctx: RunContext, env: dict[str, str] | None =
     for p in (junit, log):
         p.unlink(missing_ok=True)
     cmd = suite.command(ctx.python, [f"--junitxml={junit}", *_pytest_args(suite, ctx)])
+    watch = _watch(suite, ctx)
     res = run_process(cmd, cwd=ctx.root, log_path=log, timeout_s=ctx.timeout, env=_env(env or {}))
     counts = parse_junit(junit) if junit.exists() else None
     verdict = strict_verdict(f"suite {label}", res.returncode, res.timed_out, counts, ctx.timeout)
-    return SuiteRun(suite.name, verdict.status, verdict.message, res.duration_s, res.returncode,
+    status, message, details = _exclusive(watch, verdict.status, verdict.message, env or {})
+    return SuiteRun(suite.name, status, message, res.duration_s, res.returncode,
                     res.timed_out, (tuple(cmd),), counts.as_dict() if counts else None,
-                    (_rel(ctx, junit),) if junit.exists() else (), (_rel(ctx, log),), env or {})
+                    (_rel(ctx, junit),) if junit.exists() else (), (_rel(ctx, log),), details)
 
 
 def multi_env(ctx: RunContext) -> dict[str, str]:
@@ -122,7 +142,7 @@ def run_multi(suite: Suite, ctx: RunContext) -> SuiteRun:
     env = multi_env(ctx)
     if ctx.mode == "emulated":
         run = run_pytest_suite(suite, ctx, env=env)
-        return SuiteRun(**{**run.__dict__, "details": {**env, "world_size": ctx.world_size,
+        return SuiteRun(**{**run.__dict__, "details": {**run.details, "world_size": ctx.world_size,
                                                        "mode": ctx.mode}})
     prefix = ctx.out_dir / suite.name
     log = ctx.out_dir / f"{suite.name}.log"
@@ -131,6 +151,7 @@ def run_multi(suite: Suite, ctx: RunContext) -> SuiteRun:
     for j in junits:
         j.unlink(missing_ok=True)
     cmd = torchrun_command(suite, ctx, prefix)
+    watch = _watch(suite, ctx)
     res = run_process(cmd, cwd=ctx.root, log_path=log, timeout_s=ctx.timeout, env=_env(env))
     ranks = []
     statuses = []
@@ -152,10 +173,13 @@ def run_multi(suite: Suite, ctx: RunContext) -> SuiteRun:
         status = STATUS_FAIL
     message = f"suite multi (real, {ctx.world_size} ranks): {status}; " + " | ".join(
         rk["message"] for rk in ranks)
+    status, message, details = _exclusive(
+        watch, status, message,
+        {**env, "world_size": ctx.world_size, "mode": ctx.mode, "ranks": ranks})
     return SuiteRun(suite.name, status, message, res.duration_s, res.returncode, res.timed_out,
                     (tuple(cmd),), total.as_dict() if total else None,
                     tuple(rk["junit"] for rk in ranks if rk["junit"]), (_rel(ctx, log),),
-                    {**env, "world_size": ctx.world_size, "mode": ctx.mode, "ranks": ranks})
+                    details)
 
 
 def run_sanitize(coverage: SanitizerCoverage, ctx: RunContext, exe: str) -> SuiteRun:
