@@ -79,11 +79,15 @@ BF16_NAN_BITS = 0x7FC0
 """The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
-MXFP4_CONFIGS = (KernelConfig(64, 4), KernelConfig(128, 6), KernelConfig(64, 6, tile_m=64))
+MXFP4_CONFIGS = (KernelConfig(64, 4), KernelConfig(128, 6), KernelConfig(64, 2),
+                 KernelConfig(64, 6, tile_m=64))
 """The compiled MXFP4 variants, preferred first (one CTA per tile; no persistent variant).
 ``n64s4`` fits two CTAs per SM (about 110 KB of shared memory at K = 7168), so one CTA's
 decode overlaps the other's wgmmas and loads: 1.7x faster than ``n128s6`` at DeepSeek
-FC1/FC2 shapes with two rows per expert (docs/perf.md, "MX GEMM decode")."""
+FC1/FC2 shapes with two rows per expert (docs/perf.md, "MX GEMM decode"). ``n64s2``
+(about 78 KB at K = 7168) fits three CTAs per SM: more warps to hide the decode's and the
+per-tile barrier's latency, a shallower pipeline each; not a default until measured
+(``python -m megamoe.bench.mx_gemm --configs n64s4 n64s2``)."""
 MXFP8_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 5), KernelConfig(64, 4, tile_m=64))
 """The MXFP8 variants (a stage holds twice the payload bytes: ``n64s3`` is the deepest
 64-column pipeline that still fits two CTAs per SM at K = 7168)."""
