@@ -84,17 +84,21 @@ class KernelConfig:
     is warp-specialized and persistent (``ws``: a producer warp feeds two MMA warpgroups;
     CTAs loop over tiles, so the epilogue of one tile overlaps the loads of the next), and
     the row tile (``tile_m``: ``TILE_M``, two MMA warpgroups; or 64, one, which only the MX
-    GEMM offers: half the A bytes and MMAs per tile when an expert has few rows)."""
+    GEMM offers: half the A bytes and MMAs per tile when an expert has few rows), and, for the
+    MX GEMM only, whether a decode warpgroup feeds the MMA warpgroups through a pipeline of
+    decoded B tiles (``specialized``; ``mxfp4_gemm_kernel``)."""
 
     tile_n: int
     stages: int
     ws: bool = False
     tile_m: int = TILE_M
+    specialized: bool = False
 
     @property
     def name(self) -> str:
         rows = "" if self.tile_m == TILE_M else f"m{self.tile_m}"
-        return f"{rows}n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
+        return (f"{rows}n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
+                + ("ws" if self.specialized else ""))
 
 
 CONFIGS = (
