@@ -638,3 +638,14 @@ def build_mxfp8_gemm_swiglu():
 @register_kernel("grouped_gemm_mxfp8_plain_k128_n192_n64s3")
 def build_mxfp8_gemm_plain():
     return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3), weights="mxfp8")
+
+
+@register_kernel("grouped_gemm_mxfp4_swiglu_k256_n256_n64s4ws")
+def build_mxfp4_gemm_swiglu_specialized():
+    return compile_mxfp4_gemm("swiglu", 256, 256, KernelConfig(64, 4, specialized=True))
+
+
+@register_kernel("grouped_gemm_nvfp4_plain_f32_k128_n192_n64s3ws")
+def build_nvfp4_gemm_plain_specialized():
+    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3, specialized=True),
+                           out_f32=True, weights="nvfp4")
