@@ -3,13 +3,16 @@
 Contract (issue 4): ``qualify.py --check-ledger`` fails when the current
 kernel-source digest (``tests.harness.hashing``) has no passing ``single``
 record under ``docs/qualification/`` (and, once ``tests/multi`` holds test
-files, no passing ``multi`` record), printing which kernel files changed since
-the last qualified digest. Before any kernel module exists it passes with a
+files, no passing ``multi`` record), or no passing ``sanitize`` record for each
+compute-sanitizer tool (``SANITIZER_TOOLS``: memcheck, synccheck, racecheck,
+initcheck), printing which kernel files changed since the last digest that
+requirement saw qualified. Before any kernel module exists it passes with a
 line saying so.
 
-A record counts for suite S when its JSON has ``kind == RECORD_KIND``, a
-``suites`` entry named S with status ``pass``, no ``--filter`` (a filtered run
-does not cover the suite), at least one GPU in its environment, and
+A record counts for a requirement when its JSON has ``kind == RECORD_KIND``, a
+``suites`` entry with the requirement's name (and, for ``sanitize``, its
+``tool``) and status ``pass``, no ``--filter`` (a filtered run does not cover
+the suite), at least one GPU in its environment, and
 ``source_hashes.kernel.digest`` equal to the current digest.
 """
 
@@ -20,10 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness.hashing import diff_files, hash_group, kernel_modules
+from tests.suites import SANITIZER_TOOLS
 
 LEDGER_DIR = "docs/qualification"
 RECORD_KIND = "megamoe-qualification"
-GATED_SUITES = ("single", "multi")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One record the current kernels need: a passing run of ``suite`` (for ``sanitize``,
+    of that ``tool``)."""
+
+    suite: str
+    tool: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.suite if self.tool is None else f"{self.suite} {self.tool}"
 
 
 @dataclass(frozen=True)
@@ -46,13 +62,16 @@ def load_records(root: Path) -> list[tuple[Path, dict]]:
     return records
 
 
-def passes_suite(record: dict, suite: str) -> bool:
-    """True when ``record`` holds a passing, unfiltered GPU run of ``suite``."""
+def passes_suite(record: dict, suite: str, tool: str | None = None) -> bool:
+    """True when ``record`` holds a passing, unfiltered GPU run of ``suite`` (for
+    ``sanitize``: of ``tool``)."""
     gpus = record.get("environment", {}).get("gpus") or []
     if record.get("arguments", {}).get("filter"):
         return False
     return bool(gpus) and any(
-        s.get("name") == suite and s.get("status") == "pass" for s in record.get("suites", [])
+        s.get("name") == suite and s.get("status") == "pass"
+        and (tool is None or s.get("tool") == tool)
+        for s in record.get("suites", [])
     )
 
 
@@ -62,6 +81,12 @@ def multi_tests_exist(root: Path) -> bool:
 
 def required_suites(root: Path) -> tuple[str, ...]:
     return ("single", "multi") if multi_tests_exist(root) else ("single",)
+
+
+def requirements(root: Path) -> tuple[Requirement, ...]:
+    """The GPU suites, then one sanitizer run per tool."""
+    return (*(Requirement(s) for s in required_suites(root)),
+            *(Requirement("sanitize", t) for t in SANITIZER_TOOLS))
 
 
 def check_ledger(root: Path) -> LedgerResult:
@@ -76,26 +101,28 @@ def check_ledger(root: Path) -> LedgerResult:
     lines = [f"ledger: kernel-source digest {current.digest[:16]} "
              f"({len(current.files)} files, {len(kernels)} kernel modules)"]
     ok = True
-    for suite in required_suites(root):
-        passing = [(p, r) for p, r in records if passes_suite(r, suite)]
+    for req in requirements(root):
+        label = req.label
+        passing = [(p, r) for p, r in records if passes_suite(r, req.suite, req.tool)]
         match = [p for p, r in passing
                  if r.get("source_hashes", {}).get("kernel", {}).get("digest") == current.digest]
         if match:
-            lines.append(f"ledger: {suite}: qualified by {match[-1].relative_to(root)}")
+            lines.append(f"ledger: {label}: qualified by {match[-1].relative_to(root)}")
             continue
         ok = False
-        lines.append(f"ledger: {suite}: FAIL: no passing '{suite}' record in {LEDGER_DIR}/ for "
+        lines.append(f"ledger: {label}: FAIL: no passing '{label}' record in {LEDGER_DIR}/ for "
                      f"kernel-source digest {current.digest[:16]}")
         if not passing:
-            lines.append(f"ledger: {suite}: no passing '{suite}' record exists at all")
+            lines.append(f"ledger: {label}: no passing '{label}' record exists at all")
             continue
         last_path, last = passing[-1]
         old = last.get("source_hashes", {}).get("kernel", {})
-        lines.append(f"ledger: {suite}: last qualified digest {str(old.get('digest'))[:16]} "
+        lines.append(f"ledger: {label}: last qualified digest {str(old.get('digest'))[:16]} "
                      f"({last_path.relative_to(root)}); kernel files changed since:")
         changes = diff_files(old.get("files", {}), current.files)
         lines += [f"  {c}" for c in changes] or ["  (no per-file hashes in that record)"]
     if not ok:
-        lines.append("ledger: run the GPU suites (python qualify.py --suite single ...) on a GPU "
-                     "machine and commit the record; see docs/contributing.md")
+        lines.append("ledger: run the GPU suites (python qualify.py --suite single ..., then "
+                     "--suite sanitize --sanitizer-tool T for each tool) on a GPU machine and "
+                     "commit the records; see docs/contributing.md")
     return LedgerResult(ok, tuple(lines))

@@ -1,4 +1,5 @@
-"""qualify.py --check-ledger: kernel changes need a committed passing GPU record for their hash.
+"""qualify.py --check-ledger: kernel changes need committed passing GPU records for their hash:
+``single`` (and ``multi`` once it has tests) and one ``sanitize`` run per compute-sanitizer tool.
 
 Each test builds a small fake repository in a temp dir (megamoe/ with a kernel
 module, docs/qualification/ with records) and checks it.
@@ -14,6 +15,7 @@ import pytest
 from tests.harness.hashing import hash_group, source_hashes
 from tests.harness.ledger import LEDGER_DIR, RECORD_KIND, check_ledger
 from tests.harness.qualify_main import main
+from tests.suites import SANITIZER_TOOLS
 
 H200 = {"index": 0, "name": "NVIDIA H200", "arch": "sm_90", "total_memory_bytes": 1}
 
@@ -31,6 +33,12 @@ def repo(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def _suite(entry: str, status: str) -> dict:
+    """``"single"``, or ``"sanitize:memcheck"`` for a sanitizer run of one tool."""
+    name, _, tool = entry.partition(":")
+    return {"name": name, "status": status, **({"tool": tool} if tool else {})}
+
+
 def record(repo: Path, name: str, *suites: str, status: str = "pass", gpus=(H200,),
            filter: str | None = None) -> Path:
     rec = {
@@ -39,12 +47,19 @@ def record(repo: Path, name: str, *suites: str, status: str = "pass", gpus=(H200
         "finished_at": f"2026-01-01T00:00:{len(list((repo / LEDGER_DIR).iterdir())):02d}Z",
         "arguments": {"filter": filter},
         "environment": {"gpus": list(gpus)},
-        "suites": [{"name": s, "status": status} for s in suites],
+        "suites": [_suite(s, status) for s in suites],
         "source_hashes": {k: v.as_dict() for k, v in source_hashes(repo).items()},
     }
     path = repo / LEDGER_DIR / name
     path.write_text(json.dumps(rec))
     return path
+
+
+def sanitized(repo: Path, *, skip: str | None = None) -> None:
+    """One passing sanitizer record per tool (but ``skip``), as four qualify.py runs write."""
+    for tool in SANITIZER_TOOLS:
+        if tool != skip:
+            record(repo, f"san-{tool}.json", f"sanitize:{tool}")
 
 
 def test_no_kernels_yet_passes_with_a_line_saying_so(tmp_path: Path) -> None:
@@ -55,11 +70,52 @@ def test_no_kernels_yet_passes_with_a_line_saying_so(tmp_path: Path) -> None:
     assert "no kernel modules yet" in "\n".join(result.lines)
 
 
-def test_unchanged_kernels_with_a_passing_single_record_pass(repo: Path) -> None:
+def test_unchanged_kernels_with_passing_single_and_sanitizer_records_pass(repo: Path) -> None:
     record(repo, "a.json", "single")
+    sanitized(repo)
     result = check_ledger(repo)
     assert result.ok, result.lines
-    assert "qualified by docs/qualification/a.json" in "\n".join(result.lines)
+    text = "\n".join(result.lines)
+    assert "single: qualified by docs/qualification/a.json" in text
+    for tool in SANITIZER_TOOLS:
+        assert f"sanitize {tool}: qualified by docs/qualification/san-{tool}.json" in text
+
+
+@pytest.mark.parametrize("tool", SANITIZER_TOOLS)
+def test_a_missing_sanitizer_record_fails_and_names_the_tool(repo: Path, tool: str) -> None:
+    record(repo, "a.json", "single")
+    sanitized(repo, skip=tool)
+    result = check_ledger(repo)
+    assert not result.ok
+    assert f"no passing 'sanitize {tool}' record exists at all" in "\n".join(result.lines)
+
+
+@pytest.mark.parametrize(
+    ("entry", "kwargs", "why"),
+    [
+        ("sanitize:memcheck", {"status": "fail"}, "a failing sanitizer run"),
+        ("sanitize:racecheck", {}, "another tool's run"),
+        ("sanitize", {}, "a sanitizer run that names no tool"),
+        ("sanitize:memcheck", {"gpus": ()}, "a run without a GPU"),
+        ("sanitize:memcheck", {"filter": "layer"}, "a filtered run"),
+    ],
+)
+def test_sanitizer_records_that_do_not_vouch_for_the_tool_do_not_count(
+        repo: Path, entry: str, kwargs, why) -> None:
+    record(repo, "a.json", "single")
+    sanitized(repo, skip="memcheck")
+    record(repo, "m.json", entry, **kwargs)
+    assert not check_ledger(repo).ok, why
+
+
+def test_a_sanitizer_record_for_older_kernels_names_the_changed_files(repo: Path) -> None:
+    sanitized(repo)
+    (repo / "megamoe" / "staging" / "route_kernel.py").write_text("KERNEL = 2\n")
+    record(repo, "a.json", "single")
+    sanitized(repo, skip="racecheck")  # rewritten for the new kernels, but racecheck
+    text = "\n".join(check_ledger(repo).lines)
+    assert "sanitize racecheck: FAIL" in text and "  M megamoe/staging/route_kernel.py" in text
+    assert "single: qualified by" in text
 
 
 def test_a_changed_kernel_file_fails_and_is_named(repo: Path) -> None:
@@ -84,6 +140,7 @@ def test_a_removed_launcher_counts_as_a_kernel_change(repo: Path) -> None:
 
 def test_benchmark_and_bytecode_changes_do_not_invalidate_the_record(repo: Path) -> None:
     record(repo, "a.json", "single")
+    sanitized(repo)
     (repo / "megamoe" / "bench" / "run.py").write_text("BENCH = 2\n")
     (repo / "megamoe" / "__pycache__").mkdir()
     (repo / "megamoe" / "__pycache__" / "layer.cpython-311.pyc").write_bytes(b"\0")
@@ -111,6 +168,7 @@ def test_a_record_of_another_suite_does_not_count(repo: Path) -> None:
 def test_once_multi_tests_exist_a_passing_multi_record_is_required_too(repo: Path) -> None:
     (repo / "tests" / "multi" / "test_world.py").write_text("def test_x(): pass\n")
     record(repo, "a.json", "single")
+    sanitized(repo)
     result = check_ledger(repo)
     assert not result.ok
     assert "no passing 'multi' record" in "\n".join(result.lines)
@@ -133,6 +191,8 @@ def test_check_ledger_cli_exit_codes(repo: Path, capsys) -> None:
     assert main(["--check-ledger"], root=repo) == 1
     assert "no passing 'single' record exists at all" in capsys.readouterr().out
     record(repo, "a.json", "single")
+    assert main(["--check-ledger"], root=repo) == 1  # the sanitizer records are missing
+    sanitized(repo)
     assert main(["--check-ledger"], root=repo) == 0
 
 
