@@ -25,21 +25,38 @@ import torch
 from megamoe.bench.benchmarks.layer import SHAPES
 from megamoe.bench.layer_stages import _time_graph
 
+_WEIGHTS: dict[tuple, object] = {}
+"""The last shape's weights per GEMM, kept across ``--tokens`` (DeepSeek FC1 MXFP4 alone is
+3.7 GB of codes)."""
 
-def _weights(kind: str, e: int, n: int, k: int, dev: torch.device, gen: torch.Generator):
+
+def _weights(kind: str, e: int, n: int, k: int, dev: torch.device):
+    """Random weights of ``kind`` for ``e`` experts of ``[n, k]``, drawn on the device (a
+    CPU draw of several GB took longer than the timing itself) from a fixed seed, and
+    cached per (kind, shape)."""
     from megamoe.experts.mxfp4 import Mxfp4Matrix
     from megamoe.experts.mxfp8 import Mxfp8Matrix
     from megamoe.experts.nvfp4 import Nvfp4Matrix
 
+    key = (kind, e, n, k, str(dev))
+    if key in _WEIGHTS:
+        return _WEIGHTS[key]
+    if len(_WEIGHTS) >= 2:  # FC1 and FC2 of one (kind, shape)
+        _WEIGHTS.clear()
+    gen = torch.Generator(device=dev).manual_seed(5 + n + k)
+
     def rand_bytes(lo: int, hi: int, *shape: int) -> torch.Tensor:
-        return torch.randint(lo, hi, shape, dtype=torch.uint8, generator=gen).to(dev)
+        return torch.randint(lo, hi, shape, dtype=torch.uint8, generator=gen, device=dev)
 
     if kind == "mxfp4":
-        return Mxfp4Matrix(rand_bytes(0, 256, e, n, k // 2), rand_bytes(120, 131, e, n, k // 32))
-    if kind == "mxfp8":
-        return Mxfp8Matrix(rand_bytes(0, 0x7F, e, n, k), rand_bytes(120, 131, e, n, k // 32))
-    return Nvfp4Matrix(rand_bytes(0, 256, e, n, k // 2), rand_bytes(0x30, 0x40, e, n, k // 16),
-                       torch.ones(e, dtype=torch.float32, device=dev))
+        w = Mxfp4Matrix(rand_bytes(0, 256, e, n, k // 2), rand_bytes(120, 131, e, n, k // 32))
+    elif kind == "mxfp8":
+        w = Mxfp8Matrix(rand_bytes(0, 0x7F, e, n, k), rand_bytes(120, 131, e, n, k // 32))
+    else:
+        w = Nvfp4Matrix(rand_bytes(0, 256, e, n, k // 2), rand_bytes(0x30, 0x40, e, n, k // 16),
+                        torch.ones(e, dtype=torch.float32, device=dev))
+    _WEIGHTS[key] = w
+    return w
 
 
 def profile(kind: str, shape: str, tokens: int, config_names: Sequence[str], calls: int,
@@ -60,12 +77,12 @@ def profile(kind: str, shape: str, tokens: int, config_names: Sequence[str], cal
     m_cap = api.capacity_rows(int(counts.sum()), s.experts)
     seg = api.padded_segment_starts(counts).to(dev)
     counts = counts.to(dev)
-    gen = torch.Generator().manual_seed(5)
+    gen = torch.Generator(device=dev).manual_seed(5)
     out: list[dict[str, object]] = []
     for gemm, mode, n, k, out_dtype in (("fc1", "swiglu", 2 * s.inter, s.hidden, torch.float32),
                                         ("fc2", "plain", s.hidden, s.inter, torch.bfloat16)):
-        b = _weights(kind, s.experts, n, k, dev, gen)
-        a = torch.randn(m_cap, k, generator=gen).to(torch.bfloat16).to(dev)
+        b = _weights(kind, s.experts, n, k, dev)
+        a = torch.randn(m_cap, k, generator=gen, device=dev).to(torch.bfloat16)
         dst = torch.empty(m_cap, n // 2 if mode == "swiglu" else n, dtype=out_dtype, device=dev)
         times = {}
         for name in config_names:
@@ -78,7 +95,6 @@ def profile(kind: str, shape: str, tokens: int, config_names: Sequence[str], cal
             times[name] = _time_graph(run, calls, samples)
         out.append({"case": f"{kind} {shape} T{tokens} {gemm}", "experts": active,
                     "rows_per_expert": rows, "median_s": times})
-        del b
     return out
 
 
