@@ -9,7 +9,9 @@ from pathlib import Path
 
 from tests.suites import SANITIZER_TOOLS
 
-SUITE_CHOICES = ("host", "single", "multi", "sanitize", "all")
+SUITE_CHOICES = ("host", "single", "multi", "sanitize", "gpu", "all")
+"""``gpu``: what a kernel change needs on one GPU (the ledger's records): ``single``, then
+the four sanitizer tools at once; ``all``: ``host``, ``single``, ``multi``, then the tools."""
 WORLD_SIZES = (2, 4, 8)
 MODES = ("real", "emulated")
 
@@ -56,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--timeout", type=float, help="seconds per suite; expiry kills the process "
                     "group (SIGTERM, then SIGKILL) and exits 124")
     ap.add_argument("--sanitizer-tool", choices=SANITIZER_TOOLS,
-                    help="tool for --suite sanitize (all four when --suite all and unset)")
+                    help="tool for --suite sanitize (all four when --suite gpu or all and "
+                    "unset)")
     ap.add_argument("--require-arch", help="refuse to run unless every GPU is this arch (sm_90)")
     ap.add_argument("--check-ledger", action="store_true",
                     help="CI gate: kernel sources must have a passing committed GPU record")

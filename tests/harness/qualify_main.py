@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.harness.cli import QualifyArgs, parse_args
@@ -38,13 +39,40 @@ EXIT_PREFLIGHT = 2
 
 def planned_runs(args: QualifyArgs) -> list[tuple[str, str | None]]:
     """(suite, sanitizer tool) pairs in run order."""
+    tools = [args.sanitizer_tool] if args.sanitizer_tool else list(SANITIZER_TOOLS)
     if args.suite == "all":
-        tools = [args.sanitizer_tool] if args.sanitizer_tool else list(SANITIZER_TOOLS)
         return [("host", None), ("single", None), ("multi", None)] + [
             ("sanitize", t) for t in tools]
+    if args.suite == "gpu":
+        return [("single", None)] + [("sanitize", t) for t in tools]
     if args.suite == "sanitize":
         return [("sanitize", args.sanitizer_tool)]
     return [(str(args.suite), None)]
+
+
+def execute(plan: Sequence[tuple[str, str | None]],
+            run: Callable[[str, str | None], SuiteRun]) -> list[SuiteRun]:
+    """Run the plan in order, except that consecutive sanitizer runs start together (they
+    may share the GPU, and together take about as long as one) after everything before them
+    has finished: ``single`` and ``multi`` hold timing tests and need the GPU alone
+    (``Suite.exclusive_gpu``). Results come back in plan order."""
+    runs: list[SuiteRun] = []
+    i = 0
+    while i < len(plan):
+        j = i
+        while j < len(plan) and plan[j][0] == "sanitize":
+            j += 1
+        if j - i > 1:
+            with ThreadPoolExecutor(max_workers=j - i) as pool:
+                batch = list(pool.map(lambda step: run(*step), plan[i:j]))
+            i = j
+        else:
+            batch = [run(*plan[i])]
+            i += 1
+        for r in batch:
+            print(r.message, flush=True)
+        runs += batch
+    return runs
 
 
 def preflight(args: QualifyArgs, plan: Sequence[tuple[str, str | None]],
@@ -125,11 +153,7 @@ def main(
         return EXIT_PREFLIGHT
     ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size, args.mode,
                      neighbour_watch)
-    runs = []
-    for name, tool in plan:
-        run = run_one(name, tool, ctx, suites, coverage)
-        print(run.message, flush=True)
-        runs.append(run)
+    runs = execute(plan, lambda name, tool: run_one(name, tool, ctx, suites, coverage))
     status = overall_status(runs)
     path = write_record(out, {**record, "status": status, "finished_at": utc_now(),
                               "suites": [r.as_dict() for r in runs]})

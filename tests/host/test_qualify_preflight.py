@@ -91,6 +91,13 @@ def test_sanitize_needs_a_tool_and_all_runs_every_tool() -> None:
     assert planned_runs(args)[-4:] == [("sanitize", t) for t in SANITIZER_TOOLS]
 
 
+def test_the_gpu_suite_is_single_then_every_sanitizer_tool() -> None:
+    args = parse_args(["--suite", "gpu", "--output-dir", "x"])
+    assert planned_runs(args) == [("single", None)] + [("sanitize", t) for t in SANITIZER_TOOLS]
+    one = parse_args(["--suite", "gpu", "--sanitizer-tool", "racecheck", "--output-dir", "x"])
+    assert planned_runs(one) == [("single", None), ("sanitize", "racecheck")]
+
+
 def test_output_dir_and_suite_are_required_unless_checking_the_ledger() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--suite", "host"])
