@@ -1,11 +1,15 @@
-"""The MX grouped GEMM alone, variant against variant (issue 7 diagnostics):
+"""The grouped expert GEMM alone, variant against variant (issue 7 diagnostics):
 ``python -m megamoe.bench.mx_gemm``.
 
-For a ``layer`` benchmark shape (``--shape``) and each token count (``--tokens``, uniform
-routes: ``min(E, T*K)`` experts with ``max(1, T*K // E)`` rows each), FC1 (swiglu, ``N =
-2I``, ``K = H``, float32 out) and FC2 (plain, ``N = H``, ``K = I``) run with each variant of
-``--configs`` (names from ``megamoe.experts.mxfp4_gemm_kernel.CONFIGS_BY_FORMAT``) on random
-weight bytes of the format ``--weights`` (the decode cost does not depend on the values).
+For a ``layer`` benchmark shape (``--shape``) and each token count (``--tokens``), with the
+rows per expert of the ``layer`` benchmark's routes (``--routes``: ``uniform``,
+``min(E, T*K)`` experts with ``max(1, T*K // E)`` rows each; ``skewed``, one expert with
+``T`` rows, as ``fixtures.scenarios``' ``skewed``), FC1 (swiglu, ``N = 2I``, ``K = H``;
+float32 out for the MX formats, bf16 for bf16, as the layer writes them) and FC2 (plain,
+``N = H``, ``K = I``) run with each variant of ``--configs`` on random weights of the
+format ``--weights`` (MX formats: random bytes, names from
+``megamoe.experts.mxfp4_gemm_kernel.CONFIGS_BY_FORMAT``, the decode cost does not depend on
+the values; ``bf16``: names from ``megamoe.experts.grouped_gemm_kernel.CONFIGS``).
 Each call is captured ``calls`` times in one CUDA graph and replayed ``samples`` times; the
 median per call is reported (warm L2; ``megamoe.bench.layer_stages._time_graph``). Not the
 A/B benchmark method: use it to pick a variant, then confirm with ``layer-<recipe>``.
@@ -44,6 +48,10 @@ def _weights(kind: str, e: int, n: int, k: int, dev: torch.device):
     if len(_WEIGHTS) >= 2:  # FC1 and FC2 of one (kind, shape)
         _WEIGHTS.clear()
     gen = torch.Generator(device=dev).manual_seed(5 + n + k)
+    if kind == "bf16":
+        w = torch.randn(e, n, k, generator=gen, device=dev, dtype=torch.bfloat16) / k**0.5
+        _WEIGHTS[key] = w
+        return w
 
     def rand_bytes(lo: int, hi: int, *shape: int) -> torch.Tensor:
         return torch.randint(lo, hi, shape, dtype=torch.uint8, generator=gen, device=dev)
@@ -59,19 +67,35 @@ def _weights(kind: str, e: int, n: int, k: int, dev: torch.device):
     return w
 
 
-def profile(kind: str, shape: str, tokens: int, config_names: Sequence[str], calls: int,
-            samples: int) -> list[dict[str, object]]:
-    from megamoe.experts import api
+ROUTES = ("uniform", "skewed")
+
+
+def expert_rows(experts: int, top_k: int, tokens: int, routes: str) -> tuple[int, int]:
+    """``(experts with rows, rows each)`` of the ``layer`` benchmark's routes."""
+    if routes == "skewed":
+        return 1, tokens
+    return min(experts, tokens * top_k), max(1, tokens * top_k // experts)
+
+
+def variants(kind: str) -> dict[str, object]:
+    """The compiled variants of the weight format, by name."""
+    from megamoe.experts.grouped_gemm_kernel import CONFIGS
     from megamoe.experts.mxfp4_gemm_kernel import CONFIGS_BY_FORMAT
 
-    by_name = {c.name: c for c in CONFIGS_BY_FORMAT[kind]}
+    return {c.name: c for c in (CONFIGS if kind == "bf16" else CONFIGS_BY_FORMAT[kind])}
+
+
+def profile(kind: str, shape: str, tokens: int, config_names: Sequence[str], calls: int,
+            samples: int, routes: str = "uniform") -> list[dict[str, object]]:
+    from megamoe.experts import api
+
+    by_name = variants(kind)
     unknown = [c for c in config_names if c not in by_name]
     if unknown:
         raise SystemExit(f"--configs: {unknown} not among {sorted(by_name)} for {kind}")
     dev = torch.device("cuda", torch.cuda.current_device())
     s = SHAPES[shape]
-    routes = tokens * s.top_k
-    active, rows = min(s.experts, routes), max(1, routes // s.experts)
+    active, rows = expert_rows(s.experts, s.top_k, tokens, routes)
     counts = torch.zeros(s.experts, dtype=torch.int32)
     counts[:active] = rows
     m_cap = api.capacity_rows(int(counts.sum()), s.experts)
@@ -79,7 +103,8 @@ def profile(kind: str, shape: str, tokens: int, config_names: Sequence[str], cal
     counts = counts.to(dev)
     gen = torch.Generator(device=dev).manual_seed(5)
     out: list[dict[str, object]] = []
-    for gemm, mode, n, k, out_dtype in (("fc1", "swiglu", 2 * s.inter, s.hidden, torch.float32),
+    fc1_out = torch.bfloat16 if kind == "bf16" else torch.float32
+    for gemm, mode, n, k, out_dtype in (("fc1", "swiglu", 2 * s.inter, s.hidden, fc1_out),
                                         ("fc2", "plain", s.hidden, s.inter, torch.bfloat16)):
         b = _weights(kind, s.experts, n, k, dev)
         a = torch.randn(m_cap, k, generator=gen, device=dev).to(torch.bfloat16)
@@ -93,7 +118,7 @@ def profile(kind: str, shape: str, tokens: int, config_names: Sequence[str], cal
                 api.grouped_gemm(a, b, seg, counts, dst, mode=mode, config=cfg)
 
             times[name] = _time_graph(run, calls, samples)
-        out.append({"case": f"{kind} {shape} T{tokens} {gemm}", "experts": active,
+        out.append({"case": f"{kind} {shape} {routes} T{tokens} {gemm}", "experts": active,
                     "rows_per_expert": rows, "median_s": times})
     return out
 
@@ -111,7 +136,8 @@ def render(results: Sequence[dict]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m megamoe.bench.mx_gemm",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--weights", default="mxfp4", choices=("mxfp4", "mxfp8", "nvfp4"))
+    ap.add_argument("--weights", default="mxfp4", choices=("mxfp4", "mxfp8", "nvfp4", "bf16"))
+    ap.add_argument("--routes", default="uniform", choices=ROUTES)
     ap.add_argument("--shape", default="deepseek", choices=sorted(SHAPES))
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--configs", nargs="+", required=True, help="variant names, e.g. n64s4")
@@ -121,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     results = [r for t in args.tokens
                for r in profile(args.weights, args.shape, t, args.configs, args.calls,
-                                args.samples)]
+                                args.samples, args.routes)]
     args.output_dir.mkdir(parents=True, exist_ok=True)
     (args.output_dir / "mx_gemm.json").write_text(json.dumps(results, indent=1))
     table = render(results)

@@ -114,3 +114,14 @@ def test_mx_gemm_refuses_an_unknown_variant_before_touching_a_gpu() -> None:
 
     with pytest.raises(SystemExit, match="n999s9"):
         profile("mxfp4", "deepseek", 1, ["n64s4", "n999s9"], 1, 1)
+    with pytest.raises(SystemExit, match="n64s4'"):  # an MX variant is not a bf16 one
+        profile("bf16", "deepseek", 1, ["n64s8", "n64s4"], 1, 1)
+
+
+def test_mx_gemm_rows_follow_the_layer_benchmarks_routes() -> None:
+    from megamoe.bench.mx_gemm import expert_rows, variants
+
+    assert expert_rows(256, 8, 1, "uniform") == (8, 1)
+    assert expert_rows(256, 8, 1024, "uniform") == (256, 32)
+    assert expert_rows(256, 8, 16, "skewed") == (1, 16)  # every route on one expert
+    assert "n256s4persist" in variants("bf16") and "n64s4" in variants("mxfp4")
