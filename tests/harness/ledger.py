@@ -122,7 +122,7 @@ def check_ledger(root: Path) -> LedgerResult:
         changes = diff_files(old.get("files", {}), current.files)
         lines += [f"  {c}" for c in changes] or ["  (no per-file hashes in that record)"]
     if not ok:
-        lines.append("ledger: run the GPU suites (python qualify.py --suite single ..., then "
-                     "--suite sanitize --sanitizer-tool T for each tool) on a GPU machine and "
-                     "commit the records; see docs/contributing.md")
+        lines.append("ledger: run python qualify.py --suite gpu --require-arch sm_90 ... (single, "
+                     "then each sanitizer tool) on a GPU machine and commit the record; see "
+                     "docs/contributing.md")
     return LedgerResult(ok, tuple(lines))

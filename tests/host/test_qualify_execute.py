@@ -18,7 +18,7 @@ PLAN = [("host", None), ("single", None), ("multi", None)] + [
 class Recorder:
     """A stand-in for ``run_one``: notes when each step ran and how many ran at once."""
 
-    def __init__(self, seconds: float = 0.2) -> None:
+    def __init__(self, seconds: float = 0.5) -> None:  # long enough to overlap on a busy CI
         self.seconds = seconds
         self.spans: dict[str, tuple[float, float]] = {}
         self.running = 0
