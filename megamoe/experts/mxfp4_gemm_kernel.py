@@ -88,24 +88,27 @@ BF16_NAN_BITS = 0x7FC0
 """The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
-MXFP4_CONFIGS = (KernelConfig(64, 4), KernelConfig(128, 6), KernelConfig(64, 2),
-                 KernelConfig(64, 4, specialized=True), KernelConfig(64, 6, tile_m=64))
+MXFP4_CONFIGS = (KernelConfig(64, 4, specialized=True), KernelConfig(64, 4),
+                 KernelConfig(128, 6), KernelConfig(64, 2), KernelConfig(64, 6, tile_m=64))
 """The compiled MXFP4 variants, preferred first (one CTA per tile; no persistent variant).
-``n64s4`` fits two CTAs per SM (about 110 KB of shared memory at K = 7168), so one CTA's
-decode overlaps the other's wgmmas and loads: 1.7x faster than ``n128s6`` at DeepSeek
-FC1/FC2 shapes with two rows per expert (docs/perf.md, "MX GEMM decode"). ``n64s2``
-(about 78 KB at K = 7168) fits three CTAs per SM: more warps to hide the decode's and the
-per-tile barrier's latency, a shallower pipeline each; not a default until measured
-(``python -m megamoe.bench.mx_gemm --configs n64s4 n64s2``). ``n64s4ws`` is the
-``specialized`` variant (a decode warpgroup, two MMA warpgroups and a TMA warp, 416
-threads, 59 registers each: two CTAs per SM); not a default until measured either."""
+``n64s4ws`` is the ``specialized`` variant (a decode warpgroup, two MMA warpgroups and a TMA
+warp, 416 threads, 59 registers each; two CTAs per SM at K = 7168): 3-7 % faster than
+``n64s4`` at every DeepSeek FC1/FC2 shape measured on the H200 (uniform T = 1, 16, 64, 1024;
+docs/perf.md, "MX GEMM variants"). ``n64s4`` (the same tile, every warp decoding and
+multiplying; about 110 KB of shared memory at K = 7168) fits two CTAs per SM, so one CTA's
+decode overlaps the other's wgmmas and loads: 1.7x faster than ``n128s6`` with two rows per
+expert. ``n64s2`` (three CTAs per SM) measured 1-4 % slower than ``n64s4`` except at FC2
+(``python -m megamoe.bench.mx_gemm --configs n64s4ws n64s4 n64s2``)."""
 MXFP8_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 5), KernelConfig(64, 3, specialized=True),
                  KernelConfig(64, 4, tile_m=64))
 """The MXFP8 variants (a stage holds twice the payload bytes: ``n64s3`` is the deepest
-64-column pipeline that still fits two CTAs per SM at K = 7168)."""
+64-column pipeline that still fits two CTAs per SM at K = 7168). The ``specialized``
+``n64s3ws`` measured 5-11 % slower than ``n64s3`` here (one decode warpgroup decodes twice
+the payload bytes of MXFP4 per tile), so it is not the default."""
 NVFP4_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 4), KernelConfig(64, 3, specialized=True),
                  KernelConfig(64, 4, tile_m=64))
-"""The NVFP4 variants (twice the scale bytes of MXFP4 in shared memory: fewer stages).
+"""The NVFP4 variants (twice the scale bytes of MXFP4 in shared memory: fewer stages;
+``n64s3ws`` measured 4 % faster at DeepSeek FC1 T = 16, 2-5 % slower everywhere else).
 
 Each format's last variant has 64-row M tiles (``tile_m=64``): one MMA warpgroup, both
 decoding; half the A bytes and wgmmas of a 128-row tile, for experts with at most 64 rows
