@@ -120,6 +120,7 @@ def profile(kind: str, shape: str, tokens: int, config_names: Sequence[str], cal
             times[name] = _time_graph(run, calls, samples)
         out.append({"case": f"{kind} {shape} {routes} T{tokens} {gemm}", "experts": active,
                     "rows_per_expert": rows, "median_s": times})
+        print(render(out[-1:]).splitlines()[-1], flush=True)  # progress, should a timeout cut it
     return out
 
 

@@ -300,17 +300,29 @@ def _b_tensors(b) -> list[torch.Tensor]:  # type: ignore[no-untyped-def]
     return [getattr(b, kind[1]), b.scales.view(torch.uint8)]
 
 
-def _weight_kind(b) -> str:  # type: ignore[no-untyped-def]
+def weight_kind(b) -> str:  # type: ignore[no-untyped-def]
+    """The ``WEIGHT_KINDS`` entry of weights ``b`` (bf16 tensor or a block-scaled matrix)."""
     kind = _BLOCK_SCALED.get(type(b))
     return "bf16" if kind is None else kind[0]
 
 
 def _default_config(weights: str, n: int) -> KernelConfig:
+    return gemm_config(weights, n)
+
+
+def gemm_config(weights: str, n: int, routes: int | None = None) -> KernelConfig:
+    """The variant a caller should compile and run for weight kind ``weights`` and ``N``:
+    ``mx_default_config(N, weights)`` for the block-scaled kinds, ``default_config(N,
+    routes)`` for bf16, where ``routes`` is the caller's *static* route capacity (``C * K``;
+    narrow tiles for a small one). A layer picks it once from its config, so the variant,
+    and with it every row's result, never depends on a batch's live rows (CONTRACTS.md s7)."""
+    if weights not in WEIGHT_KINDS:
+        raise ConfigError("weights", f"one of {WEIGHT_KINDS}", repr(weights))
     if weights != "bf16":
         from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
         return mx_default_config(n, weights)
-    return default_config(n)
+    return default_config(n, routes)
 
 
 def _compiled(mode: str, n: int, k: int, device: torch.device,
@@ -399,7 +411,7 @@ def grouped_gemm(
     ``mxfp4_default_config(N)`` for MXFP4 weights); ``max_ctas`` caps the grid of the
     persistent (``ws``) variants (default: the device's SM count)."""
     m_cap, e, n, k = _check(a, b, seg_start, counts, out, mode, row_scale, clamp, pre_scale)
-    weights = _weight_kind(b)
+    weights = weight_kind(b)
     cfg = config if config is not None else _default_config(weights, n)
     if n % cfg.tile_n:
         raise ConfigError("N (b.shape[1])", f"a multiple of config.tile_n={cfg.tile_n}", n)

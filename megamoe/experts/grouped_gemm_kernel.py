@@ -84,17 +84,21 @@ class KernelConfig:
     is warp-specialized and persistent (``ws``: a producer warp feeds two MMA warpgroups;
     CTAs loop over tiles, so the epilogue of one tile overlaps the loads of the next), and
     the row tile (``tile_m``: ``TILE_M``, two MMA warpgroups; or 64, one, which only the MX
-    GEMM offers: half the A bytes and MMAs per tile when an expert has few rows)."""
+    GEMM offers: half the A bytes and MMAs per tile when an expert has few rows), and, for the
+    MX GEMM only, whether a decode warpgroup feeds the MMA warpgroups through a pipeline of
+    decoded B tiles (``specialized``; ``mxfp4_gemm_kernel``)."""
 
     tile_n: int
     stages: int
     ws: bool = False
     tile_m: int = TILE_M
+    specialized: bool = False
 
     @property
     def name(self) -> str:
         rows = "" if self.tile_m == TILE_M else f"m{self.tile_m}"
-        return f"{rows}n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
+        return (f"{rows}n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
+                + ("ws" if self.specialized else ""))
 
 
 CONFIGS = (
@@ -110,9 +114,24 @@ _PREFERRED = (
 """Default order (fastest first, H200 timings at E=8, 1024 rows per expert)."""
 
 
-def default_config(n: int) -> KernelConfig:
-    """The variant used for an ``N``: the first of ``_PREFERRED`` whose tile divides it
-    (``N`` a multiple of ``TILE_N`` always finds one)."""
+NARROW_ROUTES = 512
+"""Callers whose capacity holds at most this many routes (``C * K``: at most 64 tokens at
+DeepSeek's K = 8) get ``_NARROW`` where it divides ``N``: with few rows, the GEMM's CTAs are
+its column tiles, and a one-expert batch (skewed routes) gives ``n256s4persist`` only
+``N / 256`` of them (16 at DeepSeek FC1). H200, DeepSeek, one expert with 1 or 16 rows:
+FC1 44 us against 76 us, FC2 17 us against 27 us (docs/perf.md, "Narrow bf16 tiles").
+A choice from the capacity, never from the live rows, so a row's result does not depend on
+how many other rows a batch has (CONTRACTS.md s7, invariance)."""
+_NARROW = KernelConfig(128, 6, True)
+
+
+def default_config(n: int, routes: int | None = None) -> KernelConfig:
+    """The variant used for an ``N``: ``_NARROW`` when ``routes`` (the caller's static route
+    capacity, ``C * K``) is at most ``NARROW_ROUTES`` and its tile divides ``N``, else the
+    first of ``_PREFERRED`` whose tile divides it (``N`` a multiple of ``TILE_N`` always
+    finds one)."""
+    if routes is not None and routes <= NARROW_ROUTES and n % _NARROW.tile_n == 0:
+        return _NARROW
     for cfg in _PREFERRED:
         if n % cfg.tile_n == 0:
             return cfg

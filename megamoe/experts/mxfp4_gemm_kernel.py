@@ -16,10 +16,10 @@ with ``b`` an MXFP4 matrix per expert instead of bf16:
 Pipeline per K tile (``TILE_K`` = 64): warp 0 issues TMA copies of the A tile (bf16, 128B
 swizzle) and of the tile's packed codes (``tile_n x 32`` bytes, unswizzled) into a
 ``stages``-deep ``PipelineTmaAsync``; all 256 MMA threads then decode the codes of the stage
-(each thread: one vector load of its bytes, then per element a lookup in a float32 table of
-every code's value, ``VALUE_TABLE``, built in shared memory at kernel start, one product
-with the block's scale and one bf16 rounding: 1.7x faster than computing each value from
-its bits) into one of ``CONVERT_BUFS`` bf16 B tiles (the 128B-swizzled layout wgmma reads), make the
+(each thread: one vector load of its weight words, then per pair of elements a bf16x2 word
+built by placing the code's bits, and two bf16x2 products, one restoring the format's
+exponent bias and one with the block's scale, which rounds once to bf16:
+``packed_decode``) into one of ``CONVERT_BUFS`` bf16 B tiles (the 128B-swizzled layout wgmma reads), make the
 writes visible to the async proxy (``fence.proxy.async``), meet at a CTA barrier, and issue
 the wgmmas. Three B buffers make the reuse safe without waiting for the MMAs: a thread
 decodes tile ``kt`` into buffer ``kt % 3`` only after the barrier of tile ``kt - 1``, which
@@ -27,6 +27,13 @@ every warpgroup reaches after its ``wait_group(1)`` of tile ``kt - 2``, so every
 ``kt - 3`` (the buffer's previous reader) is complete. The scale bytes of the tile's
 ``tile_n`` weight rows (all of K: ``tile_n * K / 32`` bytes, one contiguous run) are copied
 to shared memory once per tile before the mainloop.
+
+``specialized`` variants split those roles (the ``kernel_specialized`` docstring): one
+decode warpgroup turns each stage's weights into the next free bf16 B tile while the MMA
+warpgroups multiply earlier tiles, handing tiles over through a second pipeline
+(``decoded``: the decode fences its stores to the async proxy, then arrives; the MMA warps
+release a tile once their wgmmas on it are complete), and a separate warp issues the TMA
+loads; so the decode neither waits at a CTA-wide barrier each k tile nor for the wgmmas.
 
 The K loop is fixed and in order (no split-K), so a row's bits depend only on its own ``a``
 row, its pre-scale and score, and ``b[e]`` (the invariance contract, CONTRACTS.md s8).
@@ -56,8 +63,17 @@ from megamoe.experts.grouped_gemm_kernel import (
     make_locate_cta,
     make_store,
 )
+from megamoe.experts.packed_decode import (
+    E2M1_REBIAS_BF16X2,
+    E4M3_REBIAS_BF16X2,
+    bf16_pair,
+    bf16x2_mul,
+    e2m1_pair_bits,
+    e4m3_pair_bits,
+    has_e4m3_nan,
+)
 from megamoe.kernel_registry import register_kernel
-from megamoe.staging.dsl_bits import e2m1_to_float, e4m3_to_float, e8m0_to_float
+from megamoe.staging.dsl_bits import e4m3_to_float, e8m0_to_float, f2i
 
 ROW_BYTES = {"mxfp4": TILE_K // 2, "mxfp8": TILE_K, "nvfp4": TILE_K // 2}
 """Bytes of a weight row's payload per K tile: packed E2M1 codes, or E4M3 bytes."""
@@ -66,21 +82,33 @@ SCALE_BLOCK = {"mxfp4": 32, "mxfp8": 32, "nvfp4": 16}
 WEIGHT_FORMATS = tuple(ROW_BYTES)
 CONVERT_BUFS = 3
 """bf16 B tiles the decode rotates through (module docstring: why three)."""
-VALUE_TABLE = {"mxfp4": 16, "mxfp8": 256, "nvfp4": 16}
-"""Entries of the decode's float32 value table in shared memory: every E2M1 code (sign
-included), or every E4M3 byte."""
+DECODE_THREADS = 128
+"""The decode warpgroup of the ``specialized`` variants."""
+BF16_NAN_BITS = 0x7FC0
+"""The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
-MXFP4_CONFIGS = (KernelConfig(64, 4), KernelConfig(128, 6), KernelConfig(64, 6, tile_m=64))
+MXFP4_CONFIGS = (KernelConfig(64, 4, specialized=True), KernelConfig(64, 4),
+                 KernelConfig(128, 6), KernelConfig(64, 2), KernelConfig(64, 6, tile_m=64))
 """The compiled MXFP4 variants, preferred first (one CTA per tile; no persistent variant).
-``n64s4`` fits two CTAs per SM (about 110 KB of shared memory at K = 7168), so one CTA's
-decode overlaps the other's wgmmas and loads: 1.7x faster than ``n128s6`` at DeepSeek
-FC1/FC2 shapes with two rows per expert (docs/perf.md, "MX GEMM decode")."""
-MXFP8_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 5), KernelConfig(64, 4, tile_m=64))
+``n64s4ws`` is the ``specialized`` variant (a decode warpgroup, two MMA warpgroups and a TMA
+warp, 416 threads, 59 registers each; two CTAs per SM at K = 7168): 3-7 % faster than
+``n64s4`` at every DeepSeek FC1/FC2 shape measured on the H200 (uniform T = 1, 16, 64, 1024;
+docs/perf.md, "MX GEMM variants"). ``n64s4`` (the same tile, every warp decoding and
+multiplying; about 110 KB of shared memory at K = 7168) fits two CTAs per SM, so one CTA's
+decode overlaps the other's wgmmas and loads: 1.7x faster than ``n128s6`` with two rows per
+expert. ``n64s2`` (three CTAs per SM) measured 1-4 % slower than ``n64s4`` except at FC2
+(``python -m megamoe.bench.mx_gemm --configs n64s4ws n64s4 n64s2``)."""
+MXFP8_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 5), KernelConfig(64, 3, specialized=True),
+                 KernelConfig(64, 4, tile_m=64))
 """The MXFP8 variants (a stage holds twice the payload bytes: ``n64s3`` is the deepest
-64-column pipeline that still fits two CTAs per SM at K = 7168)."""
-NVFP4_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 4), KernelConfig(64, 4, tile_m=64))
-"""The NVFP4 variants (twice the scale bytes of MXFP4 in shared memory: fewer stages).
+64-column pipeline that still fits two CTAs per SM at K = 7168). The ``specialized``
+``n64s3ws`` measured 5-11 % slower than ``n64s3`` here (one decode warpgroup decodes twice
+the payload bytes of MXFP4 per tile), so it is not the default."""
+NVFP4_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 4), KernelConfig(64, 3, specialized=True),
+                 KernelConfig(64, 4, tile_m=64))
+"""The NVFP4 variants (twice the scale bytes of MXFP4 in shared memory: fewer stages;
+``n64s3ws`` measured 4 % faster at DeepSeek FC1 T = 16, 2-5 % slower everywhere else).
 
 Each format's last variant has 64-row M tiles (``tile_m=64``): one MMA warpgroup, both
 decoding; half the A bytes and wgmmas of a 128-row tile, for experts with at most 64 rows
@@ -118,20 +146,26 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     elems_per_byte = 2 if fp4 else 1
     swiglu = mode == "swiglu"
     tile_n, stages, tile_m = cfg.tile_n, cfg.stages, cfg.tile_m
-    mma_wgs = tile_m // 64  # MMA warpgroups (64 rows each); all THREADS decode
+    mma_wgs = tile_m // 64  # MMA warpgroups (64 rows each)
+    specialized = cfg.specialized
+    # who decodes: all THREADS (and MMA warpgroups among them), or one decode warpgroup
+    # beside mma_wgs MMA warpgroups and a TMA producer warp (``specialized``)
+    decoders = DECODE_THREADS if specialized else THREADS
+    mma_threads = 128 * mma_wgs
+    block_threads = decoders + mma_threads + 32 if specialized else THREADS
+    producer_warp = (decoders + mma_threads) // 32
     n_out = n // 2 if swiglu else n
     n_tiles = n // tile_n
     k_tiles = k // TILE_K
     k_scales = k // sblock
     tile_mnk = (tile_m, tile_n, TILE_K)
     tx_bytes = tile_m * TILE_K * 2 + tile_n * row_bytes
-    bytes_per_thread = tile_n * row_bytes // THREADS  # fp4: 8 or 16; fp8: 16 or 32
+    bytes_per_thread = tile_n * row_bytes // decoders  # fp4: 8 to 32; fp8: 16 to 64
     threads_per_row = row_bytes // bytes_per_thread
     chunks_per_thread = elems_per_byte * bytes_per_thread // CHUNK
     # a thread's elements start on a scale-block boundary or lie within one block, so
     # chunk c uses block (first block) + c * CHUNK // sblock
     thread_blocks = max(1, chunks_per_thread * CHUNK // sblock)
-    table = VALUE_TABLE[weights]
     # the tile's scale bytes are one contiguous run (module docstring), copied in vectors of
     # scale_vec bytes (16 unless the run or an expert's block of scale bytes is not a
     # multiple of 16; the API checks the scale tensor is 16-byte aligned)
@@ -143,51 +177,60 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     @cute.struct
     class Storage:
         bars: cute.struct.MemRange[cutlass.Int64, stages * 2]
+        dbars: cute.struct.MemRange[cutlass.Int64, CONVERT_BUFS * 2]  # ``specialized`` only
         sa: cute.struct.Align[cute.struct.MemRange[BFloat16, tile_m * TILE_K * stages], _ALIGN]
         sb: cute.struct.Align[
             cute.struct.MemRange[BFloat16, tile_n * TILE_K * CONVERT_BUFS], _ALIGN
         ]
         sq: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * row_bytes * stages], 128]
         ss: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * k_scales], 16]
-        lut: cute.struct.Align[cute.struct.MemRange[Float32, table], 16]
 
-    element_value = e2m1_to_float if fp4 else e4m3_to_float
-    """Entry ``i`` of the value table: the E2M1 code ``i`` or the E4M3 byte ``i``."""
     block_scale = e4m3_to_float if e4m3_scales else e8m0_to_float
     """A scale byte's value: E4M3 (NVFP4) or E8M0 (the MX formats)."""
 
+    words_per_thread = bytes_per_thread // 4
+    words_per_chunk = CHUNK // (4 * elems_per_byte)  # fp4: 1 word, fp8: 2 words
+
     @cute.jit
-    def decode(s_qv: cute.Tensor, s_s: cute.Tensor, s_lut: cute.Tensor, s_b16: cute.Tensor,
-               b_outer: cute.Layout, wrow: Int32, b0: Int32, stage: Int32, buf: Int32,
-               kt: Int32):
-        """Decode this thread's weight bytes of one stage into bf16 B buffer ``buf``: one
-        vector load of the bytes, then per element one table lookup, one float32 product
-        with the block's scale (exact, or +-Inf past float32's range, or NaN for a NaN
-        scale) and its bf16 rounding."""
-        q = cute.make_rmem_tensor(cute.make_layout(bytes_per_thread), Uint8)
-        q.store(s_qv[wrow, b0 // bytes_per_thread, None, stage].load())
+    def decode(s_qw: cute.Tensor, s_s: cute.Tensor, s_b32: cute.Tensor, b_outer: cute.Layout,
+               wrow: Int32, b0: Int32, stage: Int32, buf: Int32, kt: Int32):
+        """Decode this thread's weight words of one stage into bf16 B buffer ``buf``: one
+        vector load of the words, then per pair of elements the placed bits and two bf16x2
+        products (``packed_decode``): exactly the float32 ``value * scale`` rounded to bf16
+        (or NaN for a NaN scale or an E4M3 NaN byte, +-Inf past bf16's range)."""
+        q = cute.make_rmem_tensor(cute.make_layout(words_per_thread), Int32)
+        q.store(s_qw[wrow, b0 // bytes_per_thread, None, stage].load())
         blk = kt * (TILE_K // sblock) + (elems_per_byte * b0) // sblock
-        # & 0xFF: a Uint8 load widens with its sign bit
-        scales = [block_scale(Int32(s_s[wrow, blk + i]) & 0xFF) for i in range(thread_blocks)]
+        # & 0xFF: a Uint8 load widens with its sign bit; the scale's float32 bits >> 16 are
+        # its bf16 bits exactly (an E8M0 or E4M3 value has at most 4 significant bits)
+        scales = [bf16_pair(f2i(block_scale(Int32(s_s[wrow, blk + i]) & 0xFF)) >> 16)
+                  for i in range(thread_blocks)]
+        rebias = Int32(E2M1_REBIAS_BF16X2 if fp4 else E4M3_REBIAS_BF16X2)
         for c in cutlass.range_constexpr(chunks_per_thread):
             scale = scales[c * CHUNK // sblock]
-            frag = cute.make_rmem_tensor(cute.make_layout(CHUNK), BFloat16)
-            if cutlass.const_expr(fp4):
-                for j in cutlass.range_constexpr(CHUNK // 2):
-                    byte = Int32(q[c * (CHUNK // 2) + j]) & 0xFF
-                    frag[2 * j] = (s_lut[byte & 0xF] * scale).to(BFloat16)
-                    frag[2 * j + 1] = (s_lut[byte >> 4] * scale).to(BFloat16)
-            else:
-                # E4M3 x 2**(s - 127): exact in float32; in bf16 too unless the product is
-                # below 2**-130 (bf16 subnormals keep fewer bits), where it rounds to nearest
-                for j in cutlass.range_constexpr(CHUNK):
-                    frag[j] = (s_lut[Int32(q[c * CHUNK + j]) & 0xFF] * scale).to(BFloat16)
+            frag = cute.make_rmem_tensor(cute.make_layout(CHUNK // 2), Int32)
+            for w in cutlass.range_constexpr(words_per_chunk):
+                x = q[c * words_per_chunk + w]
+                pairs = 4 if fp4 else 2
+                for j in cutlass.range_constexpr(pairs):
+                    bits = e2m1_pair_bits(x, j) if fp4 else e4m3_pair_bits(x, j)
+                    frag[w * pairs + j] = bf16x2_mul(bf16x2_mul(bits, rebias), scale)
+                if cutlass.const_expr(not fp4):  # noqa: SIM102 (a compile-time test, then a run-time one)
+                    if has_e4m3_nan(x):
+                        for j in cutlass.range_constexpr(pairs):
+                            v = frag[w * pairs + j]
+                            lo_nan = ((x >> (16 * j)) & 0x7F) == Int32(0x7F)
+                            hi_nan = ((x >> (16 * j + 8)) & 0x7F) == Int32(0x7F)
+                            v = Int32(cutlass.select_(lo_nan, (v & -65536) | BF16_NAN_BITS, v))
+                            v = Int32(cutlass.select_(hi_nan, (v & 0xFFFF) | (BF16_NAN_BITS << 16),
+                                                      v))
+                            frag[w * pairs + j] = v
             # the chunk's place in the 128B-swizzled tile (byte address bits 4-6 ^= bits
             # 7-9; a 16-byte chunk stays contiguous)
             kpos = elems_per_byte * b0 + c * CHUNK
             off = cute.crd2idx((wrow, kpos, buf), b_outer) * 2
             off = off ^ (((off >> 7) & 7) << 4)
-            s_b16[off // (2 * CHUNK), None].store(frag.load())
+            s_b32[off // (2 * CHUNK), None].store(frag.load())
 
     @cute.jit
     def issue(tiled_mma: cute.TiledMma, acc: cute.Tensor, t_ca: cute.Tensor, t_cb: cute.Tensor,
@@ -212,6 +255,63 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         else:
             if wg < Int32(mma_wgs):
                 issue(tiled_mma, acc, t_ca, t_cb, stage, buf)
+
+    @cute.jit
+    def smem_views(storage, a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
+                   q_layout: cute.Layout):
+        """The shared-memory tensors: A stages and B buffers as wgmma reads them, the B
+        buffers as the decode writes them, the packed-weight stages as TMA writes them and as
+        the decode reads them, the tile's scale bytes."""
+        s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
+        s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
+        # the same bytes, unswizzled, as 16-byte chunks of 4 bf16x2 words (the decode's
+        # stores)
+        s_b32 = cute.make_tensor(
+            cute.recast_ptr(storage.sb.data_ptr(), dtype=Int32),
+            cute.make_layout((tile_n * TILE_K * CONVERT_BUFS // CHUNK, CHUNK // 2),
+                             stride=(CHUNK // 2, 1)),
+        )
+        s_q = storage.sq.get_tensor(q_layout)
+        # the same bytes as 32-bit words (row, thread, word, stage): one vector load per
+        # decode
+        s_qw = cute.make_tensor(
+            cute.recast_ptr(storage.sq.data_ptr(), dtype=Int32),
+            cute.make_layout((tile_n, threads_per_row, words_per_thread, stages),
+                             stride=(row_bytes // 4, words_per_thread, 1,
+                                     tile_n * row_bytes // 4)),
+        )
+        s_s = storage.ss.get_tensor(cute.make_layout((tile_n, k_scales), stride=(k_scales, 1)))
+        return s_a, s_b, s_b32, s_q, s_qw, s_s
+
+    @cute.jit
+    def copy_scales(storage, wscale_ptr: cute.Pointer, pid_n: Int32, e: Int32,
+                    num_experts: Int32, first: Int32, step: int):
+        """This tile's scale bytes (rows ``[pid_n * tile_n, +tile_n)`` of expert ``e``, all of
+        K) into shared memory, 16-byte vectors ``first, first + step, ...``."""
+        m_wsv = cute.make_tensor(wscale_ptr, cute.make_layout(
+            (scale_vec, n * k_scales // scale_vec, num_experts),
+            stride=(1, scale_vec, n * k_scales)))
+        s_sv = cute.make_tensor(storage.ss.data_ptr(),
+                                cute.make_layout((scale_vec, run_vecs), stride=(1, scale_vec)))
+        for v in cutlass.range(first, run_vecs, step, unroll=1):
+            s_sv[None, v].store(m_wsv[None, pid_n * run_vecs + v, e].load())
+
+    @cute.jit
+    def tma_views(tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_q: cute.CopyAtom,
+                  m_q: cute.Tensor, s_a: cute.Tensor, s_q: cute.Tensor, pid_m: Int32,
+                  pid_n: Int32, e: Int32):
+        """The TMA partitions of this tile's A rows and packed weights, all k tiles."""
+        g_a = cute.local_tile(m_a, (tile_m, TILE_K), (pid_m, None))
+        g_q = cute.local_tile(m_q, (tile_n, row_bytes), (pid_n, None, e))
+        t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
+            tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
+            cute.group_modes(g_a, 0, 2),
+        )
+        t_sq, t_gq = cute.nvgpu.cpasync.tma_partition(
+            tma_q, 0, cute.make_layout(1), cute.group_modes(s_q, 0, 2),
+            cute.group_modes(g_q, 0, 2),
+        )
+        return t_sa, t_ga, t_sq, t_gq
 
     @cute.kernel
     def kernel(
@@ -243,47 +343,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 defer_sync=True,
             )
             pipeline.pipeline_init_arrive()
-            s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
-            s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
-            # the same bytes, unswizzled, as 16-byte chunks (the decode's stores)
-            s_b16 = cute.make_tensor(
-                storage.sb.data_ptr(),
-                cute.make_layout((tile_n * TILE_K * CONVERT_BUFS // CHUNK, CHUNK),
-                                 stride=(CHUNK, 1)),
-            )
-            s_q = storage.sq.get_tensor(q_layout)
-            # the same bytes as (row, thread, byte, stage): one vector load per decode
-            s_qv = cute.make_tensor(
-                storage.sq.data_ptr(),
-                cute.make_layout((tile_n, threads_per_row, bytes_per_thread, stages),
-                                 stride=(row_bytes, bytes_per_thread, 1, tile_n * row_bytes)),
-            )
-            s_lut = storage.lut.get_tensor(cute.make_layout(table))
-            for i in cutlass.range(tidx, table, THREADS, unroll=1):
-                s_lut[i] = element_value(i)
-            s_s = storage.ss.get_tensor(
-                cute.make_layout((tile_n, k_scales), stride=(k_scales, 1))
-            )
-
-            # this tile's scale bytes: rows [pid_n * tile_n, +tile_n) of expert e, all of K
-            m_wsv = cute.make_tensor(wscale_ptr, cute.make_layout(
-                (scale_vec, n * k_scales // scale_vec, num_experts),
-                stride=(1, scale_vec, n * k_scales)))
-            s_sv = cute.make_tensor(storage.ss.data_ptr(),
-                                    cute.make_layout((scale_vec, run_vecs), stride=(1, scale_vec)))
-            for v in cutlass.range(tidx, run_vecs, THREADS, unroll=1):
-                s_sv[None, v].store(m_wsv[None, pid_n * run_vecs + v, e].load())
-
-            g_a = cute.local_tile(m_a, (tile_m, TILE_K), (pid_m, None))
-            g_q = cute.local_tile(m_q, (tile_n, row_bytes), (pid_n, None, e))
-            t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
-                tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
-                cute.group_modes(g_a, 0, 2),
-            )
-            t_sq, t_gq = cute.nvgpu.cpasync.tma_partition(
-                tma_q, 0, cute.make_layout(1), cute.group_modes(s_q, 0, 2),
-                cute.group_modes(g_q, 0, 2),
-            )
+            s_a, s_b, s_b32, s_q, s_qw, s_s = smem_views(storage, a_layout, b_layout, q_layout)
+            copy_scales(storage, wscale_ptr, pid_n, e, num_experts, tidx, THREADS)
+            t_sa, t_ga, t_sq, t_gq = tma_views(tma_a, m_a, tma_q, m_q, s_a, s_q, pid_m, pid_n, e)
 
             wg = cute.arch.make_warp_uniform(tidx // 128)
             # the MMA warpgroup's slice and this thread's accumulator rows (tile_m = 64: the
@@ -302,7 +364,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             acc.fill(0.0)
 
             pipeline.pipeline_init_wait()
-            cute.arch.sync_threads()  # s_s and s_lut complete before any decode reads them
+            cute.arch.sync_threads()  # s_s complete before any decode reads it
 
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
@@ -319,14 +381,13 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             mainloop.consumer_wait(read)
-            decode(s_qv, s_s, s_lut, s_b16, b_layout.outer, wrow, b0, read.index, Int32(0),
-                   Int32(0))
+            decode(s_qw, s_s, s_b32, b_layout.outer, wrow, b0, read.index, Int32(0), Int32(0))
             mma(tiled_mma, acc, t_ca, t_cb, read.index, Int32(0), wg)
             read.advance()
             buf = Int32(1)
             for kt in cutlass.range(1, k_tiles, unroll=1):
                 mainloop.consumer_wait(read)
-                decode(s_qv, s_s, s_lut, s_b16, b_layout.outer, wrow, b0, read.index, buf, kt)
+                decode(s_qw, s_s, s_b32, b_layout.outer, wrow, b0, read.index, buf, kt)
                 mma(tiled_mma, acc, t_ca, t_cb, read.index, buf, wg)
                 # tile kt - 1's wgmmas are complete: free its stage and refill it
                 cute.nvgpu.warpgroup.wait_group(1)
@@ -346,6 +407,124 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 if wg < Int32(mma_wgs):
                     store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0,
                           pid_n * tile_n, live_end, use_scale, use_pre, clamp)
+
+    @cute.kernel
+    def kernel_specialized(
+        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_q: cute.CopyAtom, m_q: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, q_layout: cute.Layout,
+        wscale_ptr: cute.Pointer, out_ptr: cute.Pointer, seg_ptr: cute.Pointer,
+        cnt_ptr: cute.Pointer, scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32,
+        num_experts: Int32, use_scale: Int32, use_pre: Int32, clamp: Float32,
+    ):
+        """The ``specialized`` variant (module docstring): warpgroup 0 decodes, warpgroups
+        1 .. ``mma_wgs`` multiply and store, the last warp issues the TMA loads. Two
+        pipelines: ``mainloop`` (TMA stages of A and packed weights; a stage is free once
+        the decode warps have read its weights and the MMA warps' wgmmas on its A are done)
+        and ``decoded`` (the ``CONVERT_BUFS`` bf16 B tiles: the decode writes one, fences it
+        to the async proxy and commits; the MMA warps release it after their wgmmas on it
+        are done)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
+                                                           num_experts)
+        if live:
+            if warp_idx == producer_warp:
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
+            smem = cutlass.utils.SmemAllocator()
+            storage = smem.allocate(Storage)
+            mainloop = pipeline.PipelineTmaAsync.create(
+                barrier_storage=storage.bars.data_ptr(),
+                num_stages=stages,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+                consumer_group=pipeline.CooperativeGroup(
+                    pipeline.Agent.Thread, (decoders + mma_threads) // 32),
+                tx_count=tx_bytes,
+                defer_sync=True,
+            )
+            decoded = pipeline.PipelineAsync.create(
+                barrier_storage=storage.dbars.data_ptr(),
+                num_stages=CONVERT_BUFS,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, decoders),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, mma_threads),
+                defer_sync=True,
+            )
+            pipeline.pipeline_init_arrive()
+            s_a, s_b, s_b32, s_q, s_qw, s_s = smem_views(storage, a_layout, b_layout, q_layout)
+            pipeline.pipeline_init_wait()
+
+            if warp_idx == producer_warp:
+                t_sa, t_ga, t_sq, t_gq = tma_views(tma_a, m_a, tma_q, m_q, s_a, s_q, pid_m,
+                                                   pid_n, e)
+                prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
+                for kt in cutlass.range(k_tiles, unroll=1):
+                    load_stage(mainloop, prod, kt, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
+                    prod.advance()
+                mainloop.producer_tail(prod)
+            elif warp_idx < Int32(decoders // 32):
+                copy_scales(storage, wscale_ptr, pid_n, e, num_experts, tidx, decoders)
+                # the decode warpgroup's own barrier (id 1): s_s complete before it is read
+                cute.arch.barrier(barrier_id=1, number_of_threads=decoders)
+                wrow = tidx // threads_per_row
+                b0 = (tidx % threads_per_row) * bytes_per_thread
+                read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
+                fill = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
+                                                    CONVERT_BUFS)
+                for kt in cutlass.range(k_tiles, unroll=1):
+                    mainloop.consumer_wait(read)
+                    decoded.producer_acquire(fill)
+                    decode(s_qw, s_s, s_b32, b_layout.outer, wrow, b0, read.index, fill.index,
+                           kt)
+                    cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
+                                          space=cute.arch.SharedSpace.shared_cta)
+                    decoded.producer_commit(fill)
+                    fill.advance()
+                    mainloop.consumer_release(read)
+                    read.advance()
+                decoded.producer_tail(fill)
+            else:
+                mtid = tidx - decoders
+                wg = cute.arch.make_warp_uniform(mtid // 128)
+                thr_mma = tiled_mma.get_slice(cute.make_layout(mma_wgs, stride=128)(wg))
+                t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
+                t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
+                c_coord = tiled_mma.get_slice(mtid).partition_C(
+                    cute.make_identity_tensor((tile_m, tile_n))
+                )
+                acc = cute.make_rmem_tensor(c_coord.shape, Float32)
+                acc.fill(0.0)
+                tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+                read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
+                release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                       stages)
+                take = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                    CONVERT_BUFS)
+                give = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
+                                                    CONVERT_BUFS)
+                mainloop.consumer_wait(read)
+                decoded.consumer_wait(take)
+                issue(tiled_mma, acc, t_ca, t_cb, read.index, take.index)
+                read.advance()
+                take.advance()
+                for _ in cutlass.range(1, k_tiles, unroll=1):
+                    mainloop.consumer_wait(read)
+                    decoded.consumer_wait(take)
+                    issue(tiled_mma, acc, t_ca, t_cb, read.index, take.index)
+                    # the previous k tile's wgmmas are complete: free its A stage and B tile
+                    cute.nvgpu.warpgroup.wait_group(1)
+                    mainloop.consumer_release(release)
+                    decoded.consumer_release(give)
+                    release.advance()
+                    give.advance()
+                    read.advance()
+                    take.advance()
+                cute.nvgpu.warpgroup.wait_group(0)
+                mainloop.consumer_release(release)
+                decoded.consumer_release(give)
+                store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0, pid_n * tile_n,
+                      live_end, use_scale, use_pre, clamp)
 
     @cute.jit
     def launch(
@@ -379,11 +558,18 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, row_bytes)
         )
         tiles = (m_cap + (tile_m - 1)) // tile_m * n_tiles
-        kernel(
-            tma_a, t_a, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
-            wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
-            use_scale, use_pre, clamp,
-        ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream)
+        if cutlass.const_expr(specialized):
+            kernel_specialized(
+                tma_a, t_a, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
+                wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
+                use_scale, use_pre, clamp,
+            ).launch(grid=[tiles, 1, 1], block=[block_threads, 1, 1], stream=stream)
+        else:
+            kernel(
+                tma_a, t_a, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
+                wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
+                use_scale, use_pre, clamp,
+            ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream)
 
     return launch
 
@@ -455,3 +641,14 @@ def build_mxfp8_gemm_swiglu():
 @register_kernel("grouped_gemm_mxfp8_plain_k128_n192_n64s3")
 def build_mxfp8_gemm_plain():
     return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3), weights="mxfp8")
+
+
+@register_kernel("grouped_gemm_mxfp4_swiglu_k256_n256_n64s4ws")
+def build_mxfp4_gemm_swiglu_specialized():
+    return compile_mxfp4_gemm("swiglu", 256, 256, KernelConfig(64, 4, specialized=True))
+
+
+@register_kernel("grouped_gemm_nvfp4_plain_f32_k128_n192_n64s3ws")
+def build_nvfp4_gemm_plain_specialized():
+    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3, specialized=True),
+                           out_f32=True, weights="nvfp4")

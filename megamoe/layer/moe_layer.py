@@ -51,6 +51,7 @@ from megamoe import staging as _staging
 from megamoe.dispatch import api as _dispatch
 from megamoe.errors import ConfigError
 from megamoe.experts import api as _gemm
+from megamoe.experts.grouped_gemm_kernel import KernelConfig
 from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.experts.mxfp8 import Mxfp8Matrix
 from megamoe.layer import a2_quant as _a2
@@ -103,6 +104,10 @@ class MoELayer:
         self._layout_ws = _dispatch.LayoutWorkspace(_dispatch.LayoutShape(1, c, k, e), dev)
         routes = c * k
         self._m_cap = _gemm.capacity_rows(routes, e)
+        # the GEMM variants, fixed by the config (never by a batch's live rows: s7)
+        wk = _gemm.weight_kind(self._w13)
+        self._fc1_cfg = _gemm.gemm_config(wk, 2 * i, routes)
+        self._fc2_cfg = _gemm.gemm_config(wk, h, routes)
         self._a1 = torch.zeros(self._m_cap, h, dtype=torch.bfloat16, device=dev)
         self._a2 = torch.zeros(self._m_cap, i, dtype=torch.bfloat16, device=dev)
         # fp8_mxfp4: the rows' safe-FP8 scale wires (A1's gathered, A2's); nvfp4: each row's
@@ -229,12 +234,12 @@ class MoELayer:
                     _permute.warmup(self.device, torch.int64, torch.int32,
                                     mx_elem=cfg.mxfp8_elem)
                     _a2.warmup(self.device, mxfp8=(cfg.mxfp8_elem, cfg.mxfp8_mode))
-                _gemm.warmup("swiglu", 2 * i, h, self.device, weights=wk,
+                _gemm.warmup("swiglu", 2 * i, h, self.device, self._fc1_cfg, weights=wk,
                              out_dtype=torch.float32)
-                _gemm.warmup("plain", h, i, self.device, weights=wk)
+                _gemm.warmup("plain", h, i, self.device, self._fc2_cfg, weights=wk)
             else:
-                _gemm.warmup("swiglu", 2 * i, h, self.device)
-                _gemm.warmup("plain", h, i, self.device)
+                _gemm.warmup("swiglu", 2 * i, h, self.device, self._fc1_cfg)
+                _gemm.warmup("plain", h, i, self.device, self._fc2_cfg)
             _combine.warmup(self.device, id_dtypes=(torch.int32,))
         self._warm = True
         return self.forward(hidden, topk_ids, topk_weights)
@@ -308,7 +313,7 @@ class MoELayer:
             return _gemm.grouped_gemm(
                 self._a1, self._w13, self._seg, self._counts,
                 self._act if self._quantized else self._a2, mode="swiglu", row_scale=early,
-                clamp=cfg.clamp, pre_scale=pre1,
+                clamp=cfg.clamp, pre_scale=pre1, config=self._fc1_cfg,
             )
 
         def a2() -> str:  # the GEMM rows of the routes, as the gathers walk them
@@ -323,7 +328,7 @@ class MoELayer:
         def fc2() -> str:
             return _gemm.grouped_gemm(self._a2, self._w2, self._seg, self._counts, self._h2,
                                       mode="plain", row_scale=late,
-                                      pre_scale=pre2)
+                                      pre_scale=pre2, config=self._fc2_cfg)
 
         def scatter() -> str:
             return _permute.permute_rows(self._h2, self._terms, self._pos, self._term_row, n)
@@ -353,6 +358,13 @@ class MoELayer:
         g = (_glue.GlobalScales(self._g_act, self._w13.global_scale, self._w2.global_scale)
              if self._nv else None)
         _glue.build_route_tables(lay, self._stage_ws.scores, self.config.top_k, self._tables, g)
+
+    @property
+    def gemm_configs(self) -> tuple[KernelConfig, KernelConfig]:
+        """The FC1 and FC2 GEMM variants, chosen once from the config (weight kind, ``N`` and
+        the route capacity ``C * K``: ``megamoe.experts.api.gemm_config``), never from a
+        batch, so no row's result depends on the other rows (CONTRACTS.md s7)."""
+        return self._fc1_cfg, self._fc2_cfg
 
     def check_errors(self) -> None:
         """Raise ``RouteError`` for the first bad route recorded by forwards run under CUDA

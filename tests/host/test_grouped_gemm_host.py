@@ -23,6 +23,7 @@ from megamoe.experts.api import (
 )
 from megamoe.experts.grouped_gemm_kernel import (
     CONFIGS,
+    NARROW_ROUTES,
     TILE_K,
     TILE_M,
     TILE_N,
@@ -233,6 +234,32 @@ def test_config_tile_must_divide_n():
 def test_default_config_takes_the_widest_tile_that_divides_n(n, tile_n):
     assert default_config(n).tile_n == tile_n
     assert default_config(n) in CONFIGS  # so the GPU tests cover it
+
+
+@pytest.mark.parametrize("n", [4096, 7168, 5760, 2880, 640])
+def test_a_small_route_capacity_gets_the_narrow_tile_where_it_divides_n(n):
+    narrow = default_config(n, NARROW_ROUTES)
+    assert narrow in CONFIGS  # so the GPU tests cover it
+    if n % 128 == 0:
+        assert (narrow.tile_n, narrow.ws) == (128, True)
+        assert narrow.tile_n <= default_config(n).tile_n  # 640: n128s6persist anyway
+    else:  # 2880 = 22.5 x 128: the usual widest tile
+        assert narrow == default_config(n)
+    # one route more, or no capacity given: the widest tile again
+    assert default_config(n, NARROW_ROUTES + 1) == default_config(n)
+    assert default_config(n, None) == default_config(n)
+
+
+def test_gemm_config_follows_the_weight_kind_and_only_bf16_reads_routes():
+    from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
+
+    assert api.gemm_config("bf16", 4096, 64) == default_config(4096, 64)
+    for kind in ("mxfp4", "mxfp8", "nvfp4"):
+        assert api.gemm_config(kind, 4096, 64) == mx_default_config(4096, kind)
+        assert api.gemm_config(kind, 4096, 10**6) == mx_default_config(4096, kind)
+    with pytest.raises(ConfigError) as info:
+        api.gemm_config("fp4", 4096)
+    assert info.value.argument == "weights"
 
 
 def test_good_metadata_passes_the_checks():

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from megamoe import ConfigError, RouteError
+from megamoe.experts.grouped_gemm_kernel import NARROW_ROUTES, default_config
 from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
 from megamoe.layer.config import H_MULTIPLE, I_MULTIPLE, KNOWN_RECIPES
@@ -277,3 +278,21 @@ def test_cpu_fp8_mxfp4_non_finite_hidden_row_is_a_route_error() -> None:
     with pytest.raises(RouteError, match="non_finite_input"):
         layer.forward(x, ids, w, out=out)
     assert bool((out == 3.0).all())
+
+
+# ---------------------------------------------------------------- GEMM variants
+
+
+def test_the_gemm_variants_come_from_the_route_capacity_never_from_a_batch():
+    h, inter = 512, 256  # N = 512 for both GEMMs: the widest tile (256) is not the narrow one
+    small, _, _ = _layer(LayerConfig(E, K, h, inter, NARROW_ROUTES // K))
+    big, _, _ = _layer(LayerConfig(E, K, h, inter, NARROW_ROUTES // K + 1))
+    assert small.gemm_configs == (default_config(2 * inter, NARROW_ROUTES),
+                                  default_config(h, NARROW_ROUTES))
+    assert big.gemm_configs == (default_config(2 * inter), default_config(h))
+    assert small.gemm_configs[0].tile_n < big.gemm_configs[0].tile_n  # the narrow tile
+    before = small.gemm_configs
+    for t in (1, NARROW_ROUTES // K):  # a decode-size batch, then a full one
+        routes = layer_routes(3 + t, t, num_experts=E, top_k=K, hidden=h, mask_p=0.25)
+        small.warmup(*routes) if t == 1 else small.forward(*routes)
+        assert small.gemm_configs == before
