@@ -59,6 +59,10 @@ from megamoe.experts.grouped_gemm_kernel import (
     TILE_M,
     KernelConfig,
     _fake_ptr,
+    a_box_views,
+    live_boxes,
+    load_stage,
+    make_a_box_tma,
     make_locate_cta,
     make_store,
 )
@@ -85,11 +89,6 @@ DECODE_THREADS = 128
 """The decode warpgroup of the ``specialized`` variants."""
 BF16_NAN_BITS = 0x7FC0
 """The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
-A_BOX = 8
-"""Rows of A per TMA box: one 128-byte-swizzle atom of a 64-wide bf16 K tile (1 KB). A
-stage loads only the boxes that hold live rows of its tile (``live_boxes``); the rows of
-the other boxes keep stale shared memory, which only feeds accumulator rows the epilogue
-never stores (a GEMM's output row reads only its own A row)."""
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
 MXFP4_CONFIGS = (
@@ -184,7 +183,6 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     k_scales = k // sblock
     tile_mnk = (tile_m, tile_n, TILE_K)
     tx_bytes = tile_n * row_bytes  # the packed weights; A's live boxes are added per stage
-    a_box_bytes = A_BOX * TILE_K * 2
     bytes_per_thread = tile_n * row_bytes // decoders  # fp4: 8 to 32; fp8: 16 to 64
     threads_per_row = row_bytes // bytes_per_thread
     chunks_per_thread = elems_per_byte * bytes_per_thread // CHUNK
@@ -326,37 +324,13 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                   m_q: cute.Tensor, s_a: cute.Tensor, s_q: cute.Tensor, pid_m: Int32,
                   pid_n: Int32, e: Int32):
         """The TMA partitions of this tile's A rows and packed weights, all k tiles."""
-        # A in boxes of A_BOX rows: (box, k tile) of the whole matrix, (box, stage) of smem
-        g_a = cute.flat_divide(m_a, (A_BOX, TILE_K))
-        s_ab = cute.flat_divide(s_a, (A_BOX, TILE_K))
+        t_sa, t_ga = a_box_views(tma_a, m_a, s_a)
         g_q = cute.local_tile(m_q, (tile_n, row_bytes), (pid_n, None, e))
-        t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
-            tma_a, 0, cute.make_layout(1), cute.group_modes(s_ab, 0, 2),
-            cute.group_modes(g_a, 0, 2),
-        )
         t_sq, t_gq = cute.nvgpu.cpasync.tma_partition(
             tma_q, 0, cute.make_layout(1), cute.group_modes(s_q, 0, 2),
             cute.group_modes(g_q, 0, 2),
         )
         return t_sa, t_ga, t_sq, t_gq
-
-    @cute.jit
-    def load_live(mainloop, prod, kt: Int32, boxes: Int32, box0: Int32, tma_a: cute.CopyAtom,
-                  t_ga: cute.Tensor, t_sa: cute.Tensor, tma_q: cute.CopyAtom,
-                  t_gq: cute.Tensor, t_sq: cute.Tensor):
-        """Producer side of one stage: acquire stage ``prod`` (the barrier then expects the
-        packed weights' bytes), add the bytes of the ``boxes`` live A boxes (rows
-        ``[A_BOX * box0, +A_BOX * boxes)``), TMA-load those boxes of k tile ``kt`` and the
-        packed weights onto the barrier. The caller advances ``prod``."""
-        mainloop.producer_acquire(prod)
-        bar = mainloop.producer_get_barrier(prod)
-        with cute.arch.elect_one():
-            cute.arch.mbarrier_expect_tx(bar, boxes * a_box_bytes)
-        for j in cutlass.range(boxes, unroll=1):
-            cute.copy(tma_a, t_ga[(None, box0 + j, kt)],
-                      t_sa[(None, j, 0, prod.index)], tma_bar_ptr=bar)
-        cute.copy(tma_q, t_gq[(None, kt)], t_sq[(None, prod.index)], tma_bar_ptr=bar)
-        mainloop.producer_commit(prod)
 
     @cute.kernel
     def kernel(
@@ -374,8 +348,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                                                            num_experts)
 
         if live:
-            box0 = row0 // A_BOX  # the tile's first A box; its live ones (A_BOX docstring)
-            boxes = (cutlass.min(live_end - row0, Int32(tile_m)) + (A_BOX - 1)) // A_BOX
+            box0, boxes = live_boxes(row0, live_end, tile_m)  # A_BOX: only live A rows load
             if warp_idx == 0:
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
@@ -416,8 +389,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    load_live(mainloop, prod, prod.count, boxes, box0, tma_a, t_ga, t_sa, tma_q, t_gq,
-                              t_sq)
+                    load_stage(mainloop, prod, prod.count, box0, boxes, tma_a, t_ga, t_sa, tma_q,
+                               t_gq, t_sq)
                     prod.advance()
 
             # this thread decodes bytes [b0, b0 + bytes_per_thread) of weight row `wrow`:
@@ -444,8 +417,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 read.advance()
                 buf = Int32(cutlass.select_(buf == Int32(CONVERT_BUFS - 1), Int32(0), buf + 1))
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    load_live(mainloop, prod, prod.count, boxes, box0, tma_a, t_ga, t_sa, tma_q, t_gq,
-                              t_sq)
+                    load_stage(mainloop, prod, prod.count, box0, boxes, tma_a, t_ga, t_sa, tma_q,
+                               t_gq, t_sq)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
@@ -479,8 +452,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
                                                            num_experts)
         if live:
-            box0 = row0 // A_BOX  # the tile's first A box; its live ones (A_BOX docstring)
-            boxes = (cutlass.min(live_end - row0, Int32(tile_m)) + (A_BOX - 1)) // A_BOX
+            box0, boxes = live_boxes(row0, live_end, tile_m)  # A_BOX: only live A rows load
             if warp_idx == producer_warp:
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
@@ -511,7 +483,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                                                    pid_n, e)
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
                 for kt in cutlass.range(k_tiles, unroll=1):
-                    load_live(mainloop, prod, kt, boxes, box0, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
+                    load_stage(mainloop, prod, kt, box0, boxes, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
                     prod.advance()
                 mainloop.producer_tail(prod)
             elif warp_idx < Int32(decoders // 32):
@@ -602,12 +574,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             (tile_n, row_bytes, stages), stride=(row_bytes, 1, tile_n * row_bytes)
         )
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        a_box_layout = sm90_utils.make_smem_layout_a(
-            LayoutEnum.ROW_MAJOR, (A_BOX, tile_n, TILE_K), BFloat16, 1
-        )
-        tma_a, t_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            g2s, m_a, cute.slice_(a_box_layout, (None, None, 0)), (A_BOX, TILE_K)
-        )
+        tma_a, t_a = make_a_box_tma(m_a, tile_n)
         tma_q, t_q = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, row_bytes)
         )
