@@ -92,12 +92,12 @@ BF16_NAN_BITS = 0x7FC0
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
 MXFP4_CONFIGS = (
+    KernelConfig(64, 3, tile_m=64, specialized=True),
     KernelConfig(64, 4, specialized=True),
     KernelConfig(64, 4),
     KernelConfig(128, 6),
     KernelConfig(64, 2),
     KernelConfig(64, 6, tile_m=64),
-    KernelConfig(64, 3, tile_m=64, specialized=True),
 )
 """The compiled MXFP4 variants; ``mx_default_config`` takes the first whose column tile
 divides ``N`` (one CTA per tile; no persistent variant). Their H200 A/B numbers:
@@ -112,21 +112,25 @@ docs/perf.md, "MX GEMM variants" (``python -m megamoe.bench.mx_gemm``).
   every DeepSeek shape measured (uniform T = 1, 16, 64, 1024).
 - ``m64n64s6``: 64-row M tiles (one MMA warpgroup, both warpgroups decoding): half the A
   bytes and wgmmas of a 128-row tile; faster than ``n64s4`` only at T = 64 FC1.
-- ``m64n64s3ws``: ``specialized`` with one MMA warpgroup: 288 threads and about 70 KB of
-  shared memory at K = 7168, so three CTAs (three decode warpgroups) share an SM, each
-  streaming half the A bytes of a 128-row tile (where the MX GEMM's time goes: docs/perf.md,
-  "Where the MX GEMM's remaining time goes")."""
+- ``m64n64s3ws`` (the default): ``specialized`` with one MMA warpgroup: 288 threads and
+  about 70 KB of shared memory at K = 7168, so three CTAs (three decode warpgroups) share an
+  SM. With only the live rows' A boxes loaded (``A_BOX``), H200, DeepSeek uniform: FC1 T = 16
+  1847 us against 2348 us for ``n64s4ws`` (and 2575 us for ``n64s4ws`` loading whole A
+  tiles), FC2 991 / 1264 us; T = 1024 FC1 4198 / 5266 us, FC2 2227 / 2755 us (docs/perf.md,
+  "Branch wip/live-rows")."""
 MXFP8_CONFIGS = (
+    KernelConfig(64, 3, tile_m=64, specialized=True),
     KernelConfig(64, 3),
     KernelConfig(128, 5),
     KernelConfig(64, 3, specialized=True),
     KernelConfig(64, 4, tile_m=64),
-    KernelConfig(64, 3, tile_m=64, specialized=True),
 )
 """The MXFP8 variants, chosen as ``MXFP4_CONFIGS`` (a stage holds twice the payload bytes:
 ``n64s3`` is the deepest 64-column pipeline that still fits two CTAs per SM at K = 7168).
 ``n64s3ws`` measured 5-11 % slower than ``n64s3`` (one decode warpgroup decodes twice the
-payload bytes of MXFP4 per tile). ``m64n64s3ws``: as for MXFP4 (about 75 KB)."""
+payload bytes of MXFP4 per tile). ``m64n64s3ws`` (the default): as for MXFP4 (about
+75 KB); with live-row A boxes FC1 T = 16 2250 us against 3158 us for ``n64s3``, T = 1024
+4998 / 7547 us."""
 NVFP4_CONFIGS = (
     KernelConfig(64, 3),
     KernelConfig(128, 4),
