@@ -136,10 +136,13 @@ NVFP4_CONFIGS = (
     KernelConfig(128, 4),
     KernelConfig(64, 3, specialized=True),
     KernelConfig(64, 4, tile_m=64),
+    KernelConfig(64, 2, tile_m=64, specialized=True),
 )
 """The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
 memory: fewer stages). ``n64s3ws`` measured 4 % faster at DeepSeek FC1 T = 16, 2-5 % slower
-everywhere else."""
+everywhere else. ``m64n64s2ws``: the MX formats' default shape with two stages (NVFP4's
+28 KB of scale bytes at K = 7168 leave about 72 KB per CTA, three CTAs per SM); not yet
+measured."""
 CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
@@ -689,3 +692,9 @@ def build_mxfp4_gemm_swiglu_specialized_m64():
 def build_mxfp8_gemm_plain_specialized_m64():
     return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3, tile_m=64, specialized=True),
                            weights="mxfp8")
+
+
+@register_kernel("grouped_gemm_nvfp4_swiglu_f32_k256_n256_m64n64s2ws")
+def build_nvfp4_gemm_swiglu_specialized_m64():
+    return compile_mx_gemm("swiglu", 256, 256, KernelConfig(64, 2, tile_m=64, specialized=True),
+                           out_f32=True, weights="nvfp4")
