@@ -88,51 +88,31 @@ BF16_NAN_BITS = 0x7FC0
 """The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
-MXFP4_CONFIGS = (
-    KernelConfig(64, 4, specialized=True),
-    KernelConfig(64, 4),
-    KernelConfig(128, 6),
-    KernelConfig(64, 2),
-    KernelConfig(64, 6, tile_m=64),
-    KernelConfig(64, 3, tile_m=64, specialized=True),
-)
-"""The compiled MXFP4 variants; ``mx_default_config`` takes the first whose column tile
-divides ``N`` (one CTA per tile; no persistent variant). Their H200 A/B numbers:
-docs/perf.md, "MX GEMM variants" (``python -m megamoe.bench.mx_gemm``).
+MXFP4_CONFIGS = (KernelConfig(64, 4, specialized=True), KernelConfig(64, 4),
+                 KernelConfig(128, 6), KernelConfig(64, 2), KernelConfig(64, 6, tile_m=64))
+"""The compiled MXFP4 variants, preferred first (one CTA per tile; no persistent variant).
+``n64s4ws`` is the ``specialized`` variant (a decode warpgroup, two MMA warpgroups and a TMA
+warp, 416 threads, 59 registers each; two CTAs per SM at K = 7168): 3-7 % faster than
+``n64s4`` at every DeepSeek FC1/FC2 shape measured on the H200 (uniform T = 1, 16, 64, 1024;
+docs/perf.md, "MX GEMM variants"). ``n64s4`` (the same tile, every warp decoding and
+multiplying; about 110 KB of shared memory at K = 7168) fits two CTAs per SM, so one CTA's
+decode overlaps the other's wgmmas and loads: 1.7x faster than ``n128s6`` with two rows per
+expert. ``n64s2`` (three CTAs per SM) measured 1-4 % slower than ``n64s4`` except at FC2
+(``python -m megamoe.bench.mx_gemm --configs n64s4ws n64s4 n64s2``)."""
+MXFP8_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 5), KernelConfig(64, 3, specialized=True),
+                 KernelConfig(64, 4, tile_m=64))
+"""The MXFP8 variants (a stage holds twice the payload bytes: ``n64s3`` is the deepest
+64-column pipeline that still fits two CTAs per SM at K = 7168). The ``specialized``
+``n64s3ws`` measured 5-11 % slower than ``n64s3`` here (one decode warpgroup decodes twice
+the payload bytes of MXFP4 per tile), so it is not the default."""
+NVFP4_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 4), KernelConfig(64, 3, specialized=True),
+                 KernelConfig(64, 4, tile_m=64))
+"""The NVFP4 variants (twice the scale bytes of MXFP4 in shared memory: fewer stages;
+``n64s3ws`` measured 4 % faster at DeepSeek FC1 T = 16, 2-5 % slower everywhere else).
 
-- ``n64s4``: every warp decodes and multiplies; about 110 KB of shared memory at K = 7168,
-  so two CTAs share an SM and one's decode overlaps the other's wgmmas and loads (1.7x
-  faster than ``n128s6`` with two rows per expert). ``n64s2``: three CTAs per SM, shallower
-  pipelines (1-4 % slower than ``n64s4`` except at FC2).
-- ``n64s4ws``: the ``specialized`` variant (a decode warpgroup, two MMA warpgroups and a TMA
-  warp; 416 threads, 59 registers each; two CTAs per SM): 3-7 % faster than ``n64s4`` at
-  every DeepSeek shape measured (uniform T = 1, 16, 64, 1024).
-- ``m64n64s6``: 64-row M tiles (one MMA warpgroup, both warpgroups decoding): half the A
-  bytes and wgmmas of a 128-row tile; faster than ``n64s4`` only at T = 64 FC1.
-- ``m64n64s3ws``: ``specialized`` with one MMA warpgroup: 288 threads and about 70 KB of
-  shared memory at K = 7168, so three CTAs (three decode warpgroups) share an SM, each
-  streaming half the A bytes of a 128-row tile (where the MX GEMM's time goes: docs/perf.md,
-  "Where the MX GEMM's remaining time goes")."""
-MXFP8_CONFIGS = (
-    KernelConfig(64, 3),
-    KernelConfig(128, 5),
-    KernelConfig(64, 3, specialized=True),
-    KernelConfig(64, 4, tile_m=64),
-    KernelConfig(64, 3, tile_m=64, specialized=True),
-)
-"""The MXFP8 variants, chosen as ``MXFP4_CONFIGS`` (a stage holds twice the payload bytes:
-``n64s3`` is the deepest 64-column pipeline that still fits two CTAs per SM at K = 7168).
-``n64s3ws`` measured 5-11 % slower than ``n64s3`` (one decode warpgroup decodes twice the
-payload bytes of MXFP4 per tile). ``m64n64s3ws``: as for MXFP4 (about 75 KB)."""
-NVFP4_CONFIGS = (
-    KernelConfig(64, 3),
-    KernelConfig(128, 4),
-    KernelConfig(64, 3, specialized=True),
-    KernelConfig(64, 4, tile_m=64),
-)
-"""The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
-memory: fewer stages). ``n64s3ws`` measured 4 % faster at DeepSeek FC1 T = 16, 2-5 % slower
-everywhere else."""
+Each format's last variant has 64-row M tiles (``tile_m=64``): one MMA warpgroup, both
+decoding; half the A bytes and wgmmas of a 128-row tile, for experts with at most 64 rows
+(decode-size batches). Not a default yet: it waits for its GPU measurement."""
 CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
@@ -672,15 +652,3 @@ def build_mxfp4_gemm_swiglu_specialized():
 def build_nvfp4_gemm_plain_specialized():
     return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3, specialized=True),
                            out_f32=True, weights="nvfp4")
-
-
-@register_kernel("grouped_gemm_mxfp4_swiglu_k256_n256_m64n64s3ws")
-def build_mxfp4_gemm_swiglu_specialized_m64():
-    return compile_mxfp4_gemm("swiglu", 256, 256,
-                              KernelConfig(64, 3, tile_m=64, specialized=True), out_f32=True)
-
-
-@register_kernel("grouped_gemm_mxfp8_plain_k128_n192_m64n64s3ws")
-def build_mxfp8_gemm_plain_specialized_m64():
-    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3, tile_m=64, specialized=True),
-                           weights="mxfp8")
