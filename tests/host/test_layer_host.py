@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from megamoe import ConfigError, RouteError
+from megamoe.experts import api as gemm_api
 from megamoe.experts.grouped_gemm_kernel import NARROW_ROUTES, default_config
 from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
@@ -283,7 +284,7 @@ def test_cpu_fp8_mxfp4_non_finite_hidden_row_is_a_route_error() -> None:
 # ---------------------------------------------------------------- GEMM variants
 
 
-def test_the_gemm_variants_come_from_the_route_capacity_never_from_a_batch():
+def test_the_gemm_variants_come_from_the_route_capacity_never_from_a_batch(monkeypatch):
     h, inter = 512, 256  # N = 512 for both GEMMs: the widest tile (256) is not the narrow one
     small, _, _ = _layer(LayerConfig(E, K, h, inter, NARROW_ROUTES // K))
     big, _, _ = _layer(LayerConfig(E, K, h, inter, NARROW_ROUTES // K + 1))
@@ -291,8 +292,17 @@ def test_the_gemm_variants_come_from_the_route_capacity_never_from_a_batch():
                                   default_config(h, NARROW_ROUTES))
     assert big.gemm_configs == (default_config(2 * inter), default_config(h))
     assert small.gemm_configs[0].tile_n < big.gemm_configs[0].tile_n  # the narrow tile
-    before = small.gemm_configs
+    # every forward hands the GEMMs exactly those variants, whatever the batch
+    passed: list[tuple[str, object]] = []
+    real = gemm_api.grouped_gemm
+
+    def spy(*args, **kwargs):
+        passed.append((kwargs["mode"], kwargs.get("config")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gemm_api, "grouped_gemm", spy)
     for t in (1, NARROW_ROUTES // K):  # a decode-size batch, then a full one
+        passed.clear()
         routes = layer_routes(3 + t, t, num_experts=E, top_k=K, hidden=h, mask_p=0.25)
-        small.warmup(*routes) if t == 1 else small.forward(*routes)
-        assert small.gemm_configs == before
+        (small.warmup if t == 1 else small.forward)(*routes)  # warmup runs a forward too
+        assert passed == [("swiglu", small.gemm_configs[0]), ("plain", small.gemm_configs[1])]
