@@ -114,17 +114,19 @@ _PREFERRED = (
 """Default order (fastest first, H200 timings at E=8, 1024 rows per expert)."""
 
 
-NARROW_ROUTES = 16
-"""Callers whose capacity holds at most this many routes (``C * K``: one or two tokens at
-DeepSeek's K = 8, up to four at gpt-oss's K = 4) get ``_NARROW`` where it divides ``N``.
-With few rows the GEMM's CTAs are its column tiles, and a one-expert batch (skewed routes)
-gives ``n256s4persist`` only ``N / 256`` of them (16 at DeepSeek FC1): there ``_NARROW`` is
-1.6-1.8x faster (H200, DeepSeek, one expert with 1 to 64 rows: FC1 44 us against 76 us,
-FC2 17 us against 27 us), while with many experts it is 4-15 % slower (uniform T = 1: FC1
-134 us against 126 us; T = 16: 2259 us against 2066 us; docs/perf.md, "Narrow bf16
-tiles"). Past a couple of tokens the uniform loss outweighs the skewed gain in absolute
-time, hence the small bound. A choice from the capacity, never from the live rows, so a
-row's result does not depend on how many other rows a batch has (CONTRACTS.md s7)."""
+NARROW_ROUTES = 512
+"""Callers whose capacity holds at most this many routes (``C * K``: up to 64 tokens at
+DeepSeek's K = 8, 128 at gpt-oss's K = 4) get ``_NARROW`` where it divides ``N``. With few
+rows the GEMM's CTAs are its column tiles, and a one-expert batch (skewed routes) gives
+``n256s4persist`` only ``N / 256`` of them (16 at DeepSeek FC1): there ``_NARROW`` is
+1.5-1.7x faster. With only the live rows' A boxes loaded (``A_BOX``) it no longer loses to
+the wide tile with many experts at these capacities. H200, DeepSeek, ``mx_gemm --samples
+5``, FC1 + FC2 us, ``n256s4persist`` against ``n128s6persist``: skewed T = 16 106.8 / 70.0;
+uniform T = 4 706.0 / 697.0, T = 16 2749.2 / 2706.6, T = 64 5577.2 / 5459.8; past the
+bound uniform T = 256 5554.7 / 5591.4, T = 1024 6012.7 / 6696.2 and skewed T = 1024
+239.0 / 417.5 (docs/perf.md, "Live rows"). A choice from the capacity, never from the live
+rows, so a row's result does not depend on how many other rows a batch has
+(CONTRACTS.md s7)."""
 _NARROW = KernelConfig(128, 6, True)
 
 

@@ -117,7 +117,9 @@ docs/perf.md, "MX GEMM variants" (``python -m megamoe.bench.mx_gemm``).
   SM. With only the live rows' A boxes loaded (``A_BOX``), H200, DeepSeek uniform: FC1 T = 16
   1847 us against 2348 us for ``n64s4ws`` (and 2575 us for ``n64s4ws`` loading whole A
   tiles), FC2 991 / 1264 us; T = 1024 FC1 4198 / 5266 us, FC2 2227 / 2755 us (docs/perf.md,
-  "Branch wip/live-rows")."""
+  "Branch wip/live-rows"). Against ``n64s4ws`` with live rows at the ends: T = 1 FC1 169 /
+  167 us, FC2 99 / 109 us; T = 4096 (128 rows per expert) FC1 9250 / 8849 us (4.5 % slower),
+  FC2 4895 / 5013 us (docs/perf.md, "Live rows")."""
 MXFP8_CONFIGS = (
     KernelConfig(64, 3, tile_m=64, specialized=True),
     KernelConfig(64, 3),
@@ -130,19 +132,21 @@ MXFP8_CONFIGS = (
 ``n64s3ws`` measured 5-11 % slower than ``n64s3`` (one decode warpgroup decodes twice the
 payload bytes of MXFP4 per tile). ``m64n64s3ws`` (the default): as for MXFP4 (about
 75 KB); with live-row A boxes FC1 T = 16 2250 us against 3158 us for ``n64s3``, T = 1024
-4998 / 7547 us."""
+4998 / 7547 us, T = 4096 10522 / 12473 us (FC2 5597 / 6884 us)."""
 NVFP4_CONFIGS = (
+    KernelConfig(64, 2, tile_m=64, specialized=True),
     KernelConfig(64, 3),
     KernelConfig(128, 4),
     KernelConfig(64, 3, specialized=True),
     KernelConfig(64, 4, tile_m=64),
-    KernelConfig(64, 2, tile_m=64, specialized=True),
 )
 """The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
-memory: fewer stages). ``n64s3ws`` measured 4 % faster at DeepSeek FC1 T = 16, 2-5 % slower
-everywhere else. ``m64n64s2ws``: the MX formats' default shape with two stages (NVFP4's
-28 KB of scale bytes at K = 7168 leave about 72 KB per CTA, three CTAs per SM); not yet
-measured."""
+memory: fewer stages). ``m64n64s2ws`` (the default): the MX formats' default shape with two
+stages (NVFP4's 28 KB of scale bytes at K = 7168 leave about 72 KB per CTA, three CTAs per
+SM); with live-row A boxes, H200, DeepSeek uniform, against ``n64s3``: FC1 T = 16 2663 /
+3399 us, FC2 1375 / 1708 us; T = 1024 FC1 6070 / 8151 us, FC2 3130 / 4172 us; T = 1 FC1
+250 / 229 us, FC2 124 / 138 us. ``n64s3ws`` measured 4 % faster than ``n64s3`` at DeepSeek
+FC1 T = 16, 2-5 % slower everywhere else (whole A tiles)."""
 CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
