@@ -190,26 +190,55 @@ def a_box_views(tma_a: cute.CopyAtom, m_a: cute.Tensor, s_a: cute.Tensor):
 @cute.jit
 def live_boxes(row0: Int32, live_end: Int32, tile_m: int):
     """``(box0, boxes)``: the tile's first A box and how many hold its live rows
-    ``[row0, live_end)`` (at most ``tile_m / A_BOX``)."""
+    ``[row0, live_end)`` (at most ``tile_m / A_BOX``: then the whole tile is live and
+    ``load_stage`` issues one whole-tile load instead of the boxes)."""
     rows = cutlass.min(live_end - row0, Int32(tile_m))
     return row0 // A_BOX, (rows + (A_BOX - 1)) // A_BOX
 
 
+def make_a_tile_tma(m_a: cute.Tensor, a_layout: cute.ComposedLayout, tile_m: int):
+    """The TMA atom (and its coordinate tensor) for whole ``tile_m``-row A tiles of ``m_a``
+    in the kernels' A stage layout ``a_layout``: one load per stage for a tile whose rows
+    are all live (16 box loads of a 128-row tile measured 40-60 % slower, docs/perf.md,
+    "The whole layer, full grid, on the live-row kernels"). Call inside the launcher's
+    ``cute.jit``."""
+    return cute.nvgpu.cpasync.make_tiled_tma_atom(
+        cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), m_a, cute.slice_(a_layout, (None, None, 0)),
+        (tile_m, TILE_K),
+    )
+
+
 @cute.jit
-def load_stage(mainloop, prod, kt, box0: Int32, boxes: Int32, tma_a: cute.CopyAtom,
-               t_ga: cute.Tensor, t_sa: cute.Tensor, tma_b: cute.CopyAtom, t_gb: cute.Tensor,
-               t_sb: cute.Tensor):
+def a_tile_views(tma_t: cute.CopyAtom, m_t: cute.Tensor, s_a: cute.Tensor, pid_m: Int32,
+                 tile_m: int):
+    """``(t_st, t_gt)``: the TMA partitions of the A stages as ``(stage)`` and of M tile
+    ``pid_m`` of A as ``(k tile)``, for ``make_a_tile_tma``'s atom."""
+    g_a = cute.local_tile(m_t, (tile_m, TILE_K), (pid_m, None))
+    return cute.nvgpu.cpasync.tma_partition(
+        tma_t, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2), cute.group_modes(g_a, 0, 2),
+    )
+
+
+@cute.jit
+def load_stage(mainloop, prod, kt, box0: Int32, boxes: Int32, tile_boxes: int,
+               tma_a: cute.CopyAtom, t_ga: cute.Tensor, t_sa: cute.Tensor,
+               tma_t: cute.CopyAtom, t_gt: cute.Tensor, t_st: cute.Tensor,
+               tma_b: cute.CopyAtom, t_gb: cute.Tensor, t_sb: cute.Tensor):
     """Producer side of one pipeline stage: acquire stage ``prod`` (its barrier then expects
     the B bytes: the pipeline's ``tx_count``), add the bytes of the ``boxes`` live A boxes
-    from ``box0``, TMA-load those boxes and B (bf16 B, or the MX kernels' packed weights) of
-    k tile ``kt`` onto the barrier. The caller advances ``prod``."""
+    from ``box0``, TMA-load A of k tile ``kt`` (the whole tile with ``tma_t`` when all
+    ``tile_boxes`` boxes are live, else only the live boxes with ``tma_a``) and B (bf16 B,
+    or the MX kernels' packed weights) onto the barrier. The caller advances ``prod``."""
     mainloop.producer_acquire(prod)
     bar = mainloop.producer_get_barrier(prod)
     with cute.arch.elect_one():
         cute.arch.mbarrier_expect_tx(bar, boxes * A_BOX_BYTES)
-    for j in cutlass.range(boxes, unroll=1):
-        cute.copy(tma_a, t_ga[(None, box0 + j, kt)], t_sa[(None, j, 0, prod.index)],
-                  tma_bar_ptr=bar)
+    if boxes == tile_boxes:
+        cute.copy(tma_t, t_gt[(None, kt)], t_st[(None, prod.index)], tma_bar_ptr=bar)
+    else:
+        for j in cutlass.range(boxes, unroll=1):
+            cute.copy(tma_a, t_ga[(None, box0 + j, kt)], t_sa[(None, j, 0, prod.index)],
+                      tma_bar_ptr=bar)
     cute.copy(tma_b, t_gb[(None, kt)], t_sb[(None, prod.index)], tma_bar_ptr=bar)
     mainloop.producer_commit(prod)
 
@@ -352,8 +381,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
 
     @cute.kernel
     def kernel(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_b: cute.CopyAtom, m_b: cute.Tensor,
-        tiled_mma: cute.TiledMma,
+        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_b: cute.CopyAtom, m_b: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
         out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
         scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
@@ -362,12 +391,13 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        _pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
-                                                           num_experts)
+        pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
+                                                          num_experts)
 
         if live:
             if warp_idx == 0:
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             smem = cutlass.utils.SmemAllocator()
             storage = smem.allocate(Storage)
@@ -386,6 +416,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             # A boxes of a [M_cap, K]; (tile_n, TILE_K, k_tiles) of b (N, K, E)
             box0, boxes = live_boxes(row0, live_end, TILE_M)
             t_sa, t_ga = a_box_views(tma_a, m_a, s_a)
+            t_st, t_gt = a_tile_views(tma_t, m_t, s_a, pid_m, TILE_M)
             g_b = cute.local_tile(m_b, (tile_n, TILE_K), (pid_n, None, e))
             t_sb, t_gb = cute.nvgpu.cpasync.tma_partition(
                 tma_b, 0, cute.make_layout(1), cute.group_modes(s_b, 0, 2),
@@ -408,8 +439,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, tma_a, t_ga, t_sa, tma_b,
-                               t_gb, t_sb)
+                    load_stage(mainloop, prod, prod.count, box0, boxes, TILE_M // A_BOX, tma_a,
+                               t_ga, t_sa, tma_t, t_gt, t_st, tma_b, t_gb, t_sb)
                     prod.advance()
 
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
@@ -438,8 +469,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                 release.advance()
                 read.advance()
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, tma_a, t_ga, t_sa, tma_b,
-                               t_gb, t_sb)
+                    load_stage(mainloop, prod, prod.count, box0, boxes, TILE_M // A_BOX, tma_a,
+                               t_ga, t_sa, tma_t, t_gt, t_st, tma_b, t_gb, t_sb)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
@@ -448,8 +479,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
 
     @cute.kernel
     def kernel_ws(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_b: cute.CopyAtom, m_b: cute.Tensor,
-        tiled_mma: cute.TiledMma,
+        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_b: cute.CopyAtom, m_b: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
         out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
         scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
@@ -466,6 +497,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         total = m_tiles * n_tiles
         if warp_idx == 0:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(Storage)
@@ -489,19 +521,20 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                 t_sa, t_ga = a_box_views(tma_a, m_a, s_a)
                 tile = bid
                 while tile < total:
-                    _pid_m, pid_n, e, row0, live, live_end = locate(
+                    pid_m, pid_n, e, row0, live, live_end = locate(
                         tile, m_tiles, m_cap, seg_ptr, cnt_ptr, num_experts
                     )
                     if live:
                         box0, boxes = live_boxes(row0, live_end, TILE_M)
+                        t_st, t_gt = a_tile_views(tma_t, m_t, s_a, pid_m, TILE_M)
                         g_b = cute.local_tile(m_b, (tile_n, TILE_K), (pid_n, None, e))
                         t_sb, t_gb = cute.nvgpu.cpasync.tma_partition(
                             tma_b, 0, cute.make_layout(1), cute.group_modes(s_b, 0, 2),
                             cute.group_modes(g_b, 0, 2),
                         )
                         for kt in cutlass.range(k_tiles, unroll=1):
-                            load_stage(mainloop, prod, kt, box0, boxes, tma_a, t_ga, t_sa, tma_b, t_gb,
-                                       t_sb)
+                            load_stage(mainloop, prod, kt, box0, boxes, TILE_M // A_BOX, tma_a,
+                                       t_ga, t_sa, tma_t, t_gt, t_st, tma_b, t_gb, t_sb)
                             prod.advance()
                     tile = tile + grid
                 mainloop.producer_tail(prod)
@@ -571,20 +604,21 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         tma_a, t_a = make_a_box_tma(m_a, tile_n)
+        tma_t, t_t = make_a_tile_tma(m_a, a_layout, TILE_M)
         tma_b, t_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, m_b, cute.slice_(b_layout, (None, None, 0)), (tile_n, TILE_K)
         )
         tiles = (m_cap + (TILE_M - 1)) // TILE_M * n_tiles
         if cutlass.const_expr(cfg.ws):
             kernel_ws(
-                tma_a, t_a, tma_b, t_b, tiled_mma, a_layout, b_layout,
+                tma_a, t_a, tma_t, t_t, tma_b, t_b, tiled_mma, a_layout, b_layout,
                 out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts, use_scale,
                 use_pre, clamp,
             ).launch(grid=[cutlass.max(cutlass.min(tiles, max_ctas), Int32(1)), 1, 1],
                      block=[THREADS + 128, 1, 1], stream=stream)
         else:
             kernel(
-                tma_a, t_a, tma_b, t_b, tiled_mma, a_layout, b_layout,
+                tma_a, t_a, tma_t, t_t, tma_b, t_b, tiled_mma, a_layout, b_layout,
                 out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts, use_scale,
                 use_pre, clamp,
             ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream)

@@ -53,6 +53,7 @@ from cutlass.utils import LayoutEnum
 
 from megamoe.experts.grouped_gemm_kernel import (
     _ALIGN,
+    A_BOX,
     MODES,
     THREADS,
     TILE_K,
@@ -60,9 +61,11 @@ from megamoe.experts.grouped_gemm_kernel import (
     KernelConfig,
     _fake_ptr,
     a_box_views,
+    a_tile_views,
     live_boxes,
     load_stage,
     make_a_box_tma,
+    make_a_tile_tma,
     make_locate_cta,
     make_store,
 )
@@ -193,6 +196,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     k_tiles = k // TILE_K
     k_scales = k // sblock
     tile_mnk = (tile_m, tile_n, TILE_K)
+    tile_boxes = tile_m // A_BOX  # all live: one whole-tile A load per stage
     tx_bytes = tile_n * row_bytes  # the packed weights; A's live boxes are added per stage
     bytes_per_thread = tile_n * row_bytes // decoders  # fp4: 8 to 32; fp8: 16 to 64
     threads_per_row = row_bytes // bytes_per_thread
@@ -331,22 +335,24 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             s_sv[None, v].store(m_wsv[None, pid_n * run_vecs + v, e].load())
 
     @cute.jit
-    def tma_views(tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_q: cute.CopyAtom,
-                  m_q: cute.Tensor, s_a: cute.Tensor, s_q: cute.Tensor, pid_m: Int32,
-                  pid_n: Int32, e: Int32):
-        """The TMA partitions of this tile's A rows and packed weights, all k tiles."""
+    def tma_views(tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_t: cute.CopyAtom,
+                  m_t: cute.Tensor, tma_q: cute.CopyAtom, m_q: cute.Tensor, s_a: cute.Tensor,
+                  s_q: cute.Tensor, pid_m: Int32, pid_n: Int32, e: Int32):
+        """The TMA partitions of this tile's A (as boxes and as a whole tile) and packed
+        weights, all k tiles."""
         t_sa, t_ga = a_box_views(tma_a, m_a, s_a)
+        t_st, t_gt = a_tile_views(tma_t, m_t, s_a, pid_m, tile_m)
         g_q = cute.local_tile(m_q, (tile_n, row_bytes), (pid_n, None, e))
         t_sq, t_gq = cute.nvgpu.cpasync.tma_partition(
             tma_q, 0, cute.make_layout(1), cute.group_modes(s_q, 0, 2),
             cute.group_modes(g_q, 0, 2),
         )
-        return t_sa, t_ga, t_sq, t_gq
+        return t_sa, t_ga, t_st, t_gt, t_sq, t_gq
 
     @cute.kernel
     def kernel(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_q: cute.CopyAtom, m_q: cute.Tensor,
-        tiled_mma: cute.TiledMma,
+        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_q: cute.CopyAtom, m_q: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, q_layout: cute.Layout,
         wscale_ptr: cute.Pointer, out_ptr: cute.Pointer, seg_ptr: cute.Pointer,
         cnt_ptr: cute.Pointer, scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32,
@@ -362,6 +368,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             box0, boxes = live_boxes(row0, live_end, tile_m)  # A_BOX: only live A rows load
             if warp_idx == 0:
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
             smem = cutlass.utils.SmemAllocator()
             storage = smem.allocate(Storage)
@@ -376,7 +383,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             pipeline.pipeline_init_arrive()
             s_a, s_b, s_b32, s_q, s_qw, s_s = smem_views(storage, a_layout, b_layout, q_layout)
             copy_scales(storage, wscale_ptr, pid_n, e, num_experts, tidx, THREADS)
-            t_sa, t_ga, t_sq, t_gq = tma_views(tma_a, m_a, tma_q, m_q, s_a, s_q, pid_m, pid_n, e)
+            t_sa, t_ga, t_st, t_gt, t_sq, t_gq = tma_views(tma_a, m_a, tma_t, m_t, tma_q, m_q,
+                                                           s_a, s_q, pid_m, pid_n, e)
 
             wg = cute.arch.make_warp_uniform(tidx // 128)
             # the MMA warpgroup's slice and this thread's accumulator rows (tile_m = 64: the
@@ -400,7 +408,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, tma_a, t_ga, t_sa, tma_q,
+                    load_stage(mainloop, prod, prod.count, box0, boxes, tile_boxes, tma_a, t_ga,
+                               t_sa, tma_t, t_gt, t_st, tma_q,
                                t_gq, t_sq)
                     prod.advance()
 
@@ -428,7 +437,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 read.advance()
                 buf = Int32(cutlass.select_(buf == Int32(CONVERT_BUFS - 1), Int32(0), buf + 1))
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, tma_a, t_ga, t_sa, tma_q,
+                    load_stage(mainloop, prod, prod.count, box0, boxes, tile_boxes, tma_a, t_ga,
+                               t_sa, tma_t, t_gt, t_st, tma_q,
                                t_gq, t_sq)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
@@ -443,8 +453,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
 
     @cute.kernel
     def kernel_specialized(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_q: cute.CopyAtom, m_q: cute.Tensor,
-        tiled_mma: cute.TiledMma,
+        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_q: cute.CopyAtom, m_q: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, q_layout: cute.Layout,
         wscale_ptr: cute.Pointer, out_ptr: cute.Pointer, seg_ptr: cute.Pointer,
         cnt_ptr: cute.Pointer, scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32,
@@ -466,6 +476,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             box0, boxes = live_boxes(row0, live_end, tile_m)  # A_BOX: only live A rows load
             if warp_idx == producer_warp:
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
             smem = cutlass.utils.SmemAllocator()
             storage = smem.allocate(Storage)
@@ -490,11 +501,12 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             pipeline.pipeline_init_wait()
 
             if warp_idx == producer_warp:
-                t_sa, t_ga, t_sq, t_gq = tma_views(tma_a, m_a, tma_q, m_q, s_a, s_q, pid_m,
-                                                   pid_n, e)
+                t_sa, t_ga, t_st, t_gt, t_sq, t_gq = tma_views(
+                    tma_a, m_a, tma_t, m_t, tma_q, m_q, s_a, s_q, pid_m, pid_n, e)
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
                 for kt in cutlass.range(k_tiles, unroll=1):
-                    load_stage(mainloop, prod, kt, box0, boxes, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
+                    load_stage(mainloop, prod, kt, box0, boxes, tile_boxes, tma_a, t_ga, t_sa,
+                               tma_t, t_gt, t_st, tma_q, t_gq, t_sq)
                     prod.advance()
                 mainloop.producer_tail(prod)
             elif warp_idx < Int32(decoders // 32):
@@ -586,19 +598,20 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         )
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         tma_a, t_a = make_a_box_tma(m_a, tile_n)
+        tma_t, t_t = make_a_tile_tma(m_a, a_layout, tile_m)
         tma_q, t_q = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, row_bytes)
         )
         tiles = (m_cap + (tile_m - 1)) // tile_m * n_tiles
         if cutlass.const_expr(specialized):
             kernel_specialized(
-                tma_a, t_a, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
+                tma_a, t_a, tma_t, t_t, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
                 wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
                 use_scale, use_pre, clamp,
             ).launch(grid=[tiles, 1, 1], block=[block_threads, 1, 1], stream=stream)
         else:
             kernel(
-                tma_a, t_a, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
+                tma_a, t_a, tma_t, t_t, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
                 wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
                 use_scale, use_pre, clamp,
             ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream)
