@@ -308,16 +308,17 @@ def weight_kind(b) -> str:  # type: ignore[no-untyped-def]
 
 def gemm_config(weights: str, n: int, routes: int | None = None) -> KernelConfig:
     """The variant a caller should compile and run for weight kind ``weights`` and ``N``:
-    ``mx_default_config(N, weights)`` for the block-scaled kinds, ``default_config(N,
-    routes)`` for bf16, where ``routes`` is the caller's *static* route capacity (``C * K``;
-    narrow tiles for a small one). A layer picks it once from its config, so the variant,
-    and with it every row's result, never depends on a batch's live rows (CONTRACTS.md s7)."""
+    ``mx_default_config(N, weights, routes)`` for the block-scaled kinds (64-row tiles for a
+    small capacity), ``default_config(N, routes)`` for bf16 (narrow column tiles for a small
+    one), where ``routes`` is the caller's *static* route capacity (``C * K``). A layer picks
+    it once from its config, so the variant, and with it every row's result, never depends
+    on a batch's live rows (CONTRACTS.md s7)."""
     if weights not in WEIGHT_KINDS:
         raise ConfigError("weights", f"one of {WEIGHT_KINDS}", repr(weights))
     if weights != "bf16":
         from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
-        return mx_default_config(n, weights)
+        return mx_default_config(n, weights, routes)
     return default_config(n, routes)
 
 

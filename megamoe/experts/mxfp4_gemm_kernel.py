@@ -102,20 +102,23 @@ MXFP4_CONFIGS = (
     KernelConfig(64, 2),
     KernelConfig(64, 6, tile_m=64),
 )
-"""The compiled MXFP4 variants; ``mx_default_config`` takes the first whose column tile
-divides ``N`` (one CTA per tile; no persistent variant). Their H200 A/B numbers:
+"""The compiled MXFP4 variants; ``mx_default_config`` takes the first of the height the route
+capacity asks for (``MX_NARROW_ROUTES``) whose column tile divides ``N`` (one CTA per tile;
+no persistent variant). Their H200 A/B numbers:
 docs/perf.md, "MX GEMM variants" (``python -m megamoe.bench.mx_gemm``).
 
 - ``n64s4``: every warp decodes and multiplies; about 110 KB of shared memory at K = 7168,
   so two CTAs share an SM and one's decode overlaps the other's wgmmas and loads (1.7x
   faster than ``n128s6`` with two rows per expert). ``n64s2``: three CTAs per SM, shallower
   pipelines (1-4 % slower than ``n64s4`` except at FC2).
-- ``n64s4ws``: the ``specialized`` variant (a decode warpgroup, two MMA warpgroups and a TMA
+- ``n64s4ws`` (the default for large route capacities): the ``specialized`` variant (a decode
+  warpgroup, two MMA warpgroups and a TMA
   warp; 416 threads, 59 registers each; two CTAs per SM): 3-7 % faster than ``n64s4`` at
   every DeepSeek shape measured (uniform T = 1, 16, 64, 1024).
 - ``m64n64s6``: 64-row M tiles (one MMA warpgroup, both warpgroups decoding): half the A
   bytes and wgmmas of a 128-row tile; faster than ``n64s4`` only at T = 64 FC1.
-- ``m64n64s3ws`` (the default): ``specialized`` with one MMA warpgroup: 288 threads and
+- ``m64n64s3ws`` (the default for small route capacities): ``specialized`` with one MMA
+  warpgroup: 288 threads and
   about 70 KB of shared memory at K = 7168, so three CTAs (three decode warpgroups) share an
   SM. With only the live rows' A boxes loaded (``A_BOX``), H200, DeepSeek uniform: FC1 T = 16
   1847 us against 2348 us for ``n64s4ws`` (and 2575 us for ``n64s4ws`` loading whole A
@@ -133,7 +136,8 @@ MXFP8_CONFIGS = (
 """The MXFP8 variants, chosen as ``MXFP4_CONFIGS`` (a stage holds twice the payload bytes:
 ``n64s3`` is the deepest 64-column pipeline that still fits two CTAs per SM at K = 7168).
 ``n64s3ws`` measured 5-11 % slower than ``n64s3`` (one decode warpgroup decodes twice the
-payload bytes of MXFP4 per tile). ``m64n64s3ws`` (the default): as for MXFP4 (about
+payload bytes of MXFP4 per tile). ``m64n64s3ws`` (the default for small route capacities): as
+for MXFP4 (about
 75 KB); with live-row A boxes FC1 T = 16 2250 us against 3158 us for ``n64s3``, T = 1024
 4998 / 7547 us, T = 4096 10522 / 12473 us (FC2 5597 / 6884 us)."""
 NVFP4_CONFIGS = (
@@ -144,7 +148,8 @@ NVFP4_CONFIGS = (
     KernelConfig(64, 4, tile_m=64),
 )
 """The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
-memory: fewer stages). ``m64n64s2ws`` (the default): the MX formats' default shape with two
+memory: fewer stages). ``m64n64s2ws`` (the default for small route capacities): the MX formats'
+default shape with two
 stages (NVFP4's 28 KB of scale bytes at K = 7168 leave about 72 KB per CTA, three CTAs per
 SM); with live-row A boxes, H200, DeepSeek uniform, against ``n64s3``: FC1 T = 16 2663 /
 3399 us, FC2 1375 / 1708 us; T = 1024 FC1 6070 / 8151 us, FC2 3130 / 4172 us; T = 1 FC1
@@ -153,18 +158,36 @@ FC1 T = 16, 2-5 % slower everywhere else (whole A tiles)."""
 CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
-def mx_default_config(n: int, weights: str = "mxfp4") -> KernelConfig:
-    """The first variant of the weight format whose column tile divides ``N``."""
+MX_NARROW_ROUTES = 8192
+"""Callers whose route capacity (``C * K``) is at most this get the format's 64-row variant
+(the first of its configs with ``tile_m`` 64), larger ones (and callers that give no
+capacity) its first 128-row variant. With live-row A boxes a 64-row tile is 18-28 % faster
+while experts hold up to 32 rows (DeepSeek uniform T = 16 and 1024: 8192 routes); with 128
+rows per expert every tile is full and the 128-row tile's whole-tile loads win (T = 4096,
+MXFP4: 8890 us for ``n64s4ws`` against 11591 us for ``m64n64s3ws``; docs/perf.md, "whole-tile
+A loads for full tiles"). The crossover between 32 and 128 rows per expert is not measured.
+A choice from the capacity, never from a batch's live rows (CONTRACTS.md s7)."""
+
+
+def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None) -> KernelConfig:
+    """The variant of weight format ``weights`` for an ``N``: the first 64-row one whose
+    column tile divides ``N`` when ``routes`` (the caller's static route capacity) is at most
+    ``MX_NARROW_ROUTES``, else the first 128-row one (any variant whose tile divides ``N``
+    when the preferred height has none)."""
     configs = CONFIGS_BY_FORMAT[weights]
-    for cfg in configs:
-        if n % cfg.tile_n == 0:
+    narrow = routes is not None and routes <= MX_NARROW_ROUTES
+    fits = [cfg for cfg in configs if n % cfg.tile_n == 0]
+    for cfg in fits:
+        if (cfg.tile_m < TILE_M) == narrow:
             return cfg
-    raise ValueError(f"N: expected a multiple of {configs[-1].tile_n}, got {n}")
+    if fits:
+        return fits[0]
+    raise ValueError(f"N: expected a multiple of {min(c.tile_n for c in configs)}, got {n}")
 
 
-def mxfp4_default_config(n: int) -> KernelConfig:
-    """The first of ``MXFP4_CONFIGS`` whose column tile divides ``N``."""
-    return mx_default_config(n, "mxfp4")
+def mxfp4_default_config(n: int, routes: int | None = None) -> KernelConfig:
+    """``mx_default_config`` for MXFP4 weights."""
+    return mx_default_config(n, "mxfp4", routes)
 
 
 def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: str = "mxfp4"):
