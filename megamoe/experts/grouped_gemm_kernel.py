@@ -115,18 +115,13 @@ _PREFERRED = (
 
 
 NARROW_ROUTES = 512
-"""Callers whose capacity holds at most this many routes (``C * K``: up to 64 tokens at
-DeepSeek's K = 8, 128 at gpt-oss's K = 4) get ``_NARROW`` where it divides ``N``. With few
-rows the GEMM's CTAs are its column tiles, and a one-expert batch (skewed routes) gives
-``n256s4persist`` only ``N / 256`` of them (16 at DeepSeek FC1): there ``_NARROW`` is
-1.5-1.7x faster. With only the live rows' A boxes loaded (``A_BOX``) it no longer loses to
-the wide tile with many experts at these capacities. H200, DeepSeek, ``mx_gemm --samples
-5``, FC1 + FC2 us, ``n256s4persist`` against ``n128s6persist``: skewed T = 16 106.8 / 70.0;
-uniform T = 4 706.0 / 697.0, T = 16 2749.2 / 2706.6, T = 64 5577.2 / 5459.8; past the
-bound uniform T = 256 5554.7 / 5591.4, T = 1024 6012.7 / 6696.2 and skewed T = 1024
-239.0 / 417.5 (docs/perf.md, "Live rows"). A choice from the capacity, never from the live
-rows, so a row's result does not depend on how many other rows a batch has
-(CONTRACTS.md s7)."""
+"""Callers whose capacity holds at most this many routes (``C * K``: at most 64 tokens at
+DeepSeek's K = 8) get ``_NARROW`` where it divides ``N``: with few rows, the GEMM's CTAs are
+its column tiles, and a one-expert batch (skewed routes) gives ``n256s4persist`` only
+``N / 256`` of them (16 at DeepSeek FC1). H200, DeepSeek, one expert with 1 or 16 rows:
+FC1 44 us against 76 us, FC2 17 us against 27 us (docs/perf.md, "Narrow bf16 tiles").
+A choice from the capacity, never from the live rows, so a row's result does not depend on
+how many other rows a batch has (CONTRACTS.md s7, invariance)."""
 _NARROW = KernelConfig(128, 6, True)
 
 
@@ -155,61 +150,15 @@ def live_m_tiles(m_cap: Int32, seg_ptr: cute.Pointer, num_experts: Int32,
     return (end + (tile_m - 1)) // tile_m
 
 
-A_BOX = 8
-"""Rows of A per TMA box: one 128-byte-swizzle atom of a 64-wide bf16 K tile (1 KB). A
-stage loads only the boxes that hold live rows of its tile (``live_boxes``): with one live
-row per expert (decode-size batches) a 128-row tile moves 1 KB of A per K step instead of
-16 KB. The other boxes keep stale shared memory, which only feeds accumulator rows the
-epilogue never stores (an output row of a GEMM reads only its own A row)."""
-A_BOX_BYTES = A_BOX * TILE_K * 2
-
-
-def make_a_box_tma(m_a: cute.Tensor, tile_n: int):
-    """The TMA atom (and its coordinate tensor) for ``A_BOX``-row boxes of ``m_a`` (bf16,
-    ``[M_cap, K]`` K-major), laid out as one box of the kernels' 128-byte-swizzled A
-    stages. Call inside the launcher's ``cute.jit``."""
-    box = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (A_BOX, tile_n, TILE_K),
-                                        BFloat16, 1)
-    return cute.nvgpu.cpasync.make_tiled_tma_atom(
-        cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), m_a, cute.slice_(box, (None, None, 0)),
-        (A_BOX, TILE_K),
-    )
-
-
 @cute.jit
-def a_box_views(tma_a: cute.CopyAtom, m_a: cute.Tensor, s_a: cute.Tensor):
-    """``(t_sa, t_ga)``: the TMA partitions of the A stages as ``(box, stage)`` and of the
-    whole A matrix as ``(box, k tile)`` (``box`` counts ``A_BOX`` rows)."""
-    return cute.nvgpu.cpasync.tma_partition(
-        tma_a, 0, cute.make_layout(1),
-        cute.group_modes(cute.flat_divide(s_a, (A_BOX, TILE_K)), 0, 2),
-        cute.group_modes(cute.flat_divide(m_a, (A_BOX, TILE_K)), 0, 2),
-    )
-
-
-@cute.jit
-def live_boxes(row0: Int32, live_end: Int32, tile_m: int):
-    """``(box0, boxes)``: the tile's first A box and how many hold its live rows
-    ``[row0, live_end)`` (at most ``tile_m / A_BOX``)."""
-    rows = cutlass.min(live_end - row0, Int32(tile_m))
-    return row0 // A_BOX, (rows + (A_BOX - 1)) // A_BOX
-
-
-@cute.jit
-def load_stage(mainloop, prod, kt, box0: Int32, boxes: Int32, tma_a: cute.CopyAtom,
-               t_ga: cute.Tensor, t_sa: cute.Tensor, tma_b: cute.CopyAtom, t_gb: cute.Tensor,
-               t_sb: cute.Tensor):
-    """Producer side of one pipeline stage: acquire stage ``prod`` (its barrier then expects
-    the B bytes: the pipeline's ``tx_count``), add the bytes of the ``boxes`` live A boxes
-    from ``box0``, TMA-load those boxes and B (bf16 B, or the MX kernels' packed weights) of
-    k tile ``kt`` onto the barrier. The caller advances ``prod``."""
+def load_stage(mainloop, prod, kt, tma_a: cute.CopyAtom, t_ga: cute.Tensor, t_sa: cute.Tensor,
+               tma_b: cute.CopyAtom, t_gb: cute.Tensor, t_sb: cute.Tensor):
+    """Producer side of one pipeline stage: acquire stage ``prod``, TMA-load k tile ``kt`` of
+    A and of B (bf16 B, or the MX kernels' packed weights) onto its barrier, commit. The
+    caller advances ``prod``."""
     mainloop.producer_acquire(prod)
     bar = mainloop.producer_get_barrier(prod)
-    with cute.arch.elect_one():
-        cute.arch.mbarrier_expect_tx(bar, boxes * A_BOX_BYTES)
-    for j in cutlass.range(boxes, unroll=1):
-        cute.copy(tma_a, t_ga[(None, box0 + j, kt)], t_sa[(None, j, 0, prod.index)],
-                  tma_bar_ptr=bar)
+    cute.copy(tma_a, t_ga[(None, kt)], t_sa[(None, prod.index)], tma_bar_ptr=bar)
     cute.copy(tma_b, t_gb[(None, kt)], t_sb[(None, prod.index)], tma_bar_ptr=bar)
     mainloop.producer_commit(prod)
 
@@ -339,7 +288,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
     n_tiles = n // tile_n
     k_tiles = k // TILE_K
     tile_mnk = (TILE_M, tile_n, TILE_K)
-    tx_bytes = tile_n * TILE_K * 2  # B; each stage adds its live A boxes (``load_stage``)
+    stage_elems = (TILE_M + tile_n) * TILE_K
+    tx_bytes = stage_elems * 2
     locate = make_locate(n_tiles)
     locate_cta = make_locate_cta(n_tiles)
     store = make_store(swiglu, n_out, out_f32)
@@ -362,7 +312,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        _pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
+        pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
                                                            num_experts)
 
         if live:
@@ -383,10 +333,13 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
             s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
 
-            # A boxes of a [M_cap, K]; (tile_n, TILE_K, k_tiles) of b (N, K, E)
-            box0, boxes = live_boxes(row0, live_end, TILE_M)
-            t_sa, t_ga = a_box_views(tma_a, m_a, s_a)
+            # (TILE_M, TILE_K, k_tiles) of a [M_cap, K]; (tile_n, TILE_K, k_tiles) of b (N, K, E)
+            g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
             g_b = cute.local_tile(m_b, (tile_n, TILE_K), (pid_n, None, e))
+            t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
+                tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
+                cute.group_modes(g_a, 0, 2),
+            )
             t_sb, t_gb = cute.nvgpu.cpasync.tma_partition(
                 tma_b, 0, cute.make_layout(1), cute.group_modes(s_b, 0, 2),
                 cute.group_modes(g_b, 0, 2),
@@ -408,8 +361,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, tma_a, t_ga, t_sa, tma_b,
-                               t_gb, t_sb)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
                     prod.advance()
 
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
@@ -438,8 +390,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                 release.advance()
                 read.advance()
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, tma_a, t_ga, t_sa, tma_b,
-                               t_gb, t_sb)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
@@ -486,22 +437,24 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             cute.arch.warpgroup_reg_dealloc(WS_PRODUCER_REGS)
             if warp_idx == 0:
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
-                t_sa, t_ga = a_box_views(tma_a, m_a, s_a)
                 tile = bid
                 while tile < total:
-                    _pid_m, pid_n, e, row0, live, live_end = locate(
+                    pid_m, pid_n, e, row0, live, live_end = locate(
                         tile, m_tiles, m_cap, seg_ptr, cnt_ptr, num_experts
                     )
                     if live:
-                        box0, boxes = live_boxes(row0, live_end, TILE_M)
+                        g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
                         g_b = cute.local_tile(m_b, (tile_n, TILE_K), (pid_n, None, e))
+                        t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
+                            tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
+                            cute.group_modes(g_a, 0, 2),
+                        )
                         t_sb, t_gb = cute.nvgpu.cpasync.tma_partition(
                             tma_b, 0, cute.make_layout(1), cute.group_modes(s_b, 0, 2),
                             cute.group_modes(g_b, 0, 2),
                         )
                         for kt in cutlass.range(k_tiles, unroll=1):
-                            load_stage(mainloop, prod, kt, box0, boxes, tma_a, t_ga, t_sa, tma_b, t_gb,
-                                       t_sb)
+                            load_stage(mainloop, prod, kt, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
                             prod.advance()
                     tile = tile + grid
                 mainloop.producer_tail(prod)
@@ -523,7 +476,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             tile = bid
             while tile < total:
-                _pid_m, pid_n, e, row0, live, live_end = locate(
+                pid_m, pid_n, e, row0, live, live_end = locate(
                     tile, m_tiles, m_cap, seg_ptr, cnt_ptr, num_experts
                 )
                 if live:
@@ -570,7 +523,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
         b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        tma_a, t_a = make_a_box_tma(m_a, tile_n)
+        tma_a, t_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            g2s, m_a, cute.slice_(a_layout, (None, None, 0)), (TILE_M, TILE_K)
+        )
         tma_b, t_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, m_b, cute.slice_(b_layout, (None, None, 0)), (tile_n, TILE_K)
         )

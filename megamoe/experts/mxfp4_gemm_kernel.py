@@ -59,10 +59,7 @@ from megamoe.experts.grouped_gemm_kernel import (
     TILE_M,
     KernelConfig,
     _fake_ptr,
-    a_box_views,
-    live_boxes,
     load_stage,
-    make_a_box_tma,
     make_locate_cta,
     make_store,
 )
@@ -91,62 +88,31 @@ BF16_NAN_BITS = 0x7FC0
 """The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
-MXFP4_CONFIGS = (
-    KernelConfig(64, 3, tile_m=64, specialized=True),
-    KernelConfig(64, 4, specialized=True),
-    KernelConfig(64, 4),
-    KernelConfig(128, 6),
-    KernelConfig(64, 2),
-    KernelConfig(64, 6, tile_m=64),
-)
-"""The compiled MXFP4 variants; ``mx_default_config`` takes the first whose column tile
-divides ``N`` (one CTA per tile; no persistent variant). Their H200 A/B numbers:
-docs/perf.md, "MX GEMM variants" (``python -m megamoe.bench.mx_gemm``).
+MXFP4_CONFIGS = (KernelConfig(64, 4, specialized=True), KernelConfig(64, 4),
+                 KernelConfig(128, 6), KernelConfig(64, 2), KernelConfig(64, 6, tile_m=64))
+"""The compiled MXFP4 variants, preferred first (one CTA per tile; no persistent variant).
+``n64s4ws`` is the ``specialized`` variant (a decode warpgroup, two MMA warpgroups and a TMA
+warp, 416 threads, 59 registers each; two CTAs per SM at K = 7168): 3-7 % faster than
+``n64s4`` at every DeepSeek FC1/FC2 shape measured on the H200 (uniform T = 1, 16, 64, 1024;
+docs/perf.md, "MX GEMM variants"). ``n64s4`` (the same tile, every warp decoding and
+multiplying; about 110 KB of shared memory at K = 7168) fits two CTAs per SM, so one CTA's
+decode overlaps the other's wgmmas and loads: 1.7x faster than ``n128s6`` with two rows per
+expert. ``n64s2`` (three CTAs per SM) measured 1-4 % slower than ``n64s4`` except at FC2
+(``python -m megamoe.bench.mx_gemm --configs n64s4ws n64s4 n64s2``)."""
+MXFP8_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 5), KernelConfig(64, 3, specialized=True),
+                 KernelConfig(64, 4, tile_m=64))
+"""The MXFP8 variants (a stage holds twice the payload bytes: ``n64s3`` is the deepest
+64-column pipeline that still fits two CTAs per SM at K = 7168). The ``specialized``
+``n64s3ws`` measured 5-11 % slower than ``n64s3`` here (one decode warpgroup decodes twice
+the payload bytes of MXFP4 per tile), so it is not the default."""
+NVFP4_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 4), KernelConfig(64, 3, specialized=True),
+                 KernelConfig(64, 4, tile_m=64))
+"""The NVFP4 variants (twice the scale bytes of MXFP4 in shared memory: fewer stages;
+``n64s3ws`` measured 4 % faster at DeepSeek FC1 T = 16, 2-5 % slower everywhere else).
 
-- ``n64s4``: every warp decodes and multiplies; about 110 KB of shared memory at K = 7168,
-  so two CTAs share an SM and one's decode overlaps the other's wgmmas and loads (1.7x
-  faster than ``n128s6`` with two rows per expert). ``n64s2``: three CTAs per SM, shallower
-  pipelines (1-4 % slower than ``n64s4`` except at FC2).
-- ``n64s4ws``: the ``specialized`` variant (a decode warpgroup, two MMA warpgroups and a TMA
-  warp; 416 threads, 59 registers each; two CTAs per SM): 3-7 % faster than ``n64s4`` at
-  every DeepSeek shape measured (uniform T = 1, 16, 64, 1024).
-- ``m64n64s6``: 64-row M tiles (one MMA warpgroup, both warpgroups decoding): half the A
-  bytes and wgmmas of a 128-row tile; faster than ``n64s4`` only at T = 64 FC1.
-- ``m64n64s3ws`` (the default): ``specialized`` with one MMA warpgroup: 288 threads and
-  about 70 KB of shared memory at K = 7168, so three CTAs (three decode warpgroups) share an
-  SM. With only the live rows' A boxes loaded (``A_BOX``), H200, DeepSeek uniform: FC1 T = 16
-  1847 us against 2348 us for ``n64s4ws`` (and 2575 us for ``n64s4ws`` loading whole A
-  tiles), FC2 991 / 1264 us; T = 1024 FC1 4198 / 5266 us, FC2 2227 / 2755 us (docs/perf.md,
-  "Branch wip/live-rows"). Against ``n64s4ws`` with live rows at the ends: T = 1 FC1 169 /
-  167 us, FC2 99 / 109 us; T = 4096 (128 rows per expert) FC1 9250 / 8849 us (4.5 % slower),
-  FC2 4895 / 5013 us (docs/perf.md, "Live rows")."""
-MXFP8_CONFIGS = (
-    KernelConfig(64, 3, tile_m=64, specialized=True),
-    KernelConfig(64, 3),
-    KernelConfig(128, 5),
-    KernelConfig(64, 3, specialized=True),
-    KernelConfig(64, 4, tile_m=64),
-)
-"""The MXFP8 variants, chosen as ``MXFP4_CONFIGS`` (a stage holds twice the payload bytes:
-``n64s3`` is the deepest 64-column pipeline that still fits two CTAs per SM at K = 7168).
-``n64s3ws`` measured 5-11 % slower than ``n64s3`` (one decode warpgroup decodes twice the
-payload bytes of MXFP4 per tile). ``m64n64s3ws`` (the default): as for MXFP4 (about
-75 KB); with live-row A boxes FC1 T = 16 2250 us against 3158 us for ``n64s3``, T = 1024
-4998 / 7547 us, T = 4096 10522 / 12473 us (FC2 5597 / 6884 us)."""
-NVFP4_CONFIGS = (
-    KernelConfig(64, 2, tile_m=64, specialized=True),
-    KernelConfig(64, 3),
-    KernelConfig(128, 4),
-    KernelConfig(64, 3, specialized=True),
-    KernelConfig(64, 4, tile_m=64),
-)
-"""The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
-memory: fewer stages). ``m64n64s2ws`` (the default): the MX formats' default shape with two
-stages (NVFP4's 28 KB of scale bytes at K = 7168 leave about 72 KB per CTA, three CTAs per
-SM); with live-row A boxes, H200, DeepSeek uniform, against ``n64s3``: FC1 T = 16 2663 /
-3399 us, FC2 1375 / 1708 us; T = 1024 FC1 6070 / 8151 us, FC2 3130 / 4172 us; T = 1 FC1
-250 / 229 us, FC2 124 / 138 us. ``n64s3ws`` measured 4 % faster than ``n64s3`` at DeepSeek
-FC1 T = 16, 2-5 % slower everywhere else (whole A tiles)."""
+Each format's last variant has 64-row M tiles (``tile_m=64``): one MMA warpgroup, both
+decoding; half the A bytes and wgmmas of a 128-row tile, for experts with at most 64 rows
+(decode-size batches). Not a default yet: it waits for its GPU measurement."""
 CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
@@ -193,7 +159,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     k_tiles = k // TILE_K
     k_scales = k // sblock
     tile_mnk = (tile_m, tile_n, TILE_K)
-    tx_bytes = tile_n * row_bytes  # the packed weights; A's live boxes are added per stage
+    tx_bytes = tile_m * TILE_K * 2 + tile_n * row_bytes
     bytes_per_thread = tile_n * row_bytes // decoders  # fp4: 8 to 32; fp8: 16 to 64
     threads_per_row = row_bytes // bytes_per_thread
     chunks_per_thread = elems_per_byte * bytes_per_thread // CHUNK
@@ -335,8 +301,12 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                   m_q: cute.Tensor, s_a: cute.Tensor, s_q: cute.Tensor, pid_m: Int32,
                   pid_n: Int32, e: Int32):
         """The TMA partitions of this tile's A rows and packed weights, all k tiles."""
-        t_sa, t_ga = a_box_views(tma_a, m_a, s_a)
+        g_a = cute.local_tile(m_a, (tile_m, TILE_K), (pid_m, None))
         g_q = cute.local_tile(m_q, (tile_n, row_bytes), (pid_n, None, e))
+        t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
+            tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
+            cute.group_modes(g_a, 0, 2),
+        )
         t_sq, t_gq = cute.nvgpu.cpasync.tma_partition(
             tma_q, 0, cute.make_layout(1), cute.group_modes(s_q, 0, 2),
             cute.group_modes(g_q, 0, 2),
@@ -359,7 +329,6 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                                                            num_experts)
 
         if live:
-            box0, boxes = live_boxes(row0, live_end, tile_m)  # A_BOX: only live A rows load
             if warp_idx == 0:
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
@@ -400,8 +369,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, tma_a, t_ga, t_sa, tma_q,
-                               t_gq, t_sq)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
                     prod.advance()
 
             # this thread decodes bytes [b0, b0 + bytes_per_thread) of weight row `wrow`:
@@ -428,8 +396,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 read.advance()
                 buf = Int32(cutlass.select_(buf == Int32(CONVERT_BUFS - 1), Int32(0), buf + 1))
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, tma_a, t_ga, t_sa, tma_q,
-                               t_gq, t_sq)
+                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
@@ -463,7 +430,6 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
                                                            num_experts)
         if live:
-            box0, boxes = live_boxes(row0, live_end, tile_m)  # A_BOX: only live A rows load
             if warp_idx == producer_warp:
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
@@ -494,7 +460,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                                                    pid_n, e)
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
                 for kt in cutlass.range(k_tiles, unroll=1):
-                    load_stage(mainloop, prod, kt, box0, boxes, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
+                    load_stage(mainloop, prod, kt, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
                     prod.advance()
                 mainloop.producer_tail(prod)
             elif warp_idx < Int32(decoders // 32):
@@ -585,7 +551,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             (tile_n, row_bytes, stages), stride=(row_bytes, 1, tile_n * row_bytes)
         )
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        tma_a, t_a = make_a_box_tma(m_a, tile_n)
+        tma_a, t_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            g2s, m_a, cute.slice_(a_layout, (None, None, 0)), (tile_m, TILE_K)
+        )
         tma_q, t_q = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, row_bytes)
         )
@@ -683,22 +651,4 @@ def build_mxfp4_gemm_swiglu_specialized():
 @register_kernel("grouped_gemm_nvfp4_plain_f32_k128_n192_n64s3ws")
 def build_nvfp4_gemm_plain_specialized():
     return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3, specialized=True),
-                           out_f32=True, weights="nvfp4")
-
-
-@register_kernel("grouped_gemm_mxfp4_swiglu_k256_n256_m64n64s3ws")
-def build_mxfp4_gemm_swiglu_specialized_m64():
-    return compile_mxfp4_gemm("swiglu", 256, 256,
-                              KernelConfig(64, 3, tile_m=64, specialized=True), out_f32=True)
-
-
-@register_kernel("grouped_gemm_mxfp8_plain_k128_n192_m64n64s3ws")
-def build_mxfp8_gemm_plain_specialized_m64():
-    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3, tile_m=64, specialized=True),
-                           weights="mxfp8")
-
-
-@register_kernel("grouped_gemm_nvfp4_swiglu_f32_k256_n256_m64n64s2ws")
-def build_nvfp4_gemm_swiglu_specialized_m64():
-    return compile_mx_gemm("swiglu", 256, 256, KernelConfig(64, 2, tile_m=64, specialized=True),
                            out_f32=True, weights="nvfp4")
