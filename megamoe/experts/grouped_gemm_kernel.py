@@ -243,6 +243,21 @@ def load_stage(mainloop, prod, kt, box0: Int32, boxes: Int32, tile_boxes: int,
     mainloop.producer_commit(prod)
 
 
+def tma_mainloop(storage, stages: int, consumer_warps: int, tx_bytes: int):
+    """The kernels' TMA stage pipeline: ``stages`` barriers in ``storage.bars``, one producer
+    thread, ``consumer_warps`` consumer warps, ``tx_bytes`` expected per stage (B or the
+    packed weights; ``load_stage`` adds the A bytes), initialization deferred to the caller's
+    ``pipeline_init_arrive`` / ``pipeline_init_wait``."""
+    return pipeline.PipelineTmaAsync.create(
+        barrier_storage=storage.bars.data_ptr(),
+        num_stages=stages,
+        producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+        consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_warps),
+        tx_count=tx_bytes,
+        defer_sync=True,
+    )
+
+
 def make_locate(n_tiles: int, tile_m: int = TILE_M):
     """``locate(tile, m_tiles, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live,
     live_end)`` for tiles ``0 .. m_tiles * n_tiles - 1`` (``m_tiles``: ``live_m_tiles``) of
@@ -401,14 +416,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             smem = cutlass.utils.SmemAllocator()
             storage = smem.allocate(Storage)
-            mainloop = pipeline.PipelineTmaAsync.create(
-                barrier_storage=storage.bars.data_ptr(),
-                num_stages=stages,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, THREADS // 32),
-                tx_count=tx_bytes,
-                defer_sync=True,
-            )
+            mainloop = tma_mainloop(storage, stages, THREADS // 32, tx_bytes)
             pipeline.pipeline_init_arrive()
             s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
             s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
@@ -501,14 +509,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(Storage)
-        mainloop = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.bars.data_ptr(),
-            num_stages=stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, THREADS // 32),
-            tx_count=tx_bytes,
-            defer_sync=True,
-        )
+        mainloop = tma_mainloop(storage, stages, THREADS // 32, tx_bytes)
         pipeline.pipeline_init_arrive()
         s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
         s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)

@@ -68,6 +68,7 @@ from megamoe.experts.grouped_gemm_kernel import (
     make_a_tile_tma,
     make_locate_cta,
     make_store,
+    tma_mainloop,
 )
 from megamoe.experts.packed_decode import (
     E2M1_REBIAS_BF16X2,
@@ -395,14 +396,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
             smem = cutlass.utils.SmemAllocator()
             storage = smem.allocate(Storage)
-            mainloop = pipeline.PipelineTmaAsync.create(
-                barrier_storage=storage.bars.data_ptr(),
-                num_stages=stages,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, THREADS // 32),
-                tx_count=tx_bytes,
-                defer_sync=True,
-            )
+            mainloop = tma_mainloop(storage, stages, THREADS // 32, tx_bytes)
             pipeline.pipeline_init_arrive()
             s_a, s_b, s_b32, s_q, s_qw, s_s = smem_views(storage, a_layout, b_layout, q_layout)
             copy_scales(storage, wscale_ptr, pid_n, e, num_experts, tidx, THREADS)
@@ -503,15 +497,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
             smem = cutlass.utils.SmemAllocator()
             storage = smem.allocate(Storage)
-            mainloop = pipeline.PipelineTmaAsync.create(
-                barrier_storage=storage.bars.data_ptr(),
-                num_stages=stages,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-                consumer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, (decoders + mma_threads) // 32),
-                tx_count=tx_bytes,
-                defer_sync=True,
-            )
+            mainloop = tma_mainloop(storage, stages, (decoders + mma_threads) // 32, tx_bytes)
             decoded = pipeline.PipelineAsync.create(
                 barrier_storage=storage.dbars.data_ptr(),
                 num_stages=CONVERT_BUFS,
