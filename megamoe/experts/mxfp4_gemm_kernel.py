@@ -319,6 +319,20 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 issue(tiled_mma, acc, t_ca, t_cb, stage, buf)
 
     @cute.jit
+    def mma_fragments(tiled_mma: cute.TiledMma, s_a: cute.Tensor, s_b: cute.Tensor, wg: Int32,
+                      mtid: Int32):
+        """``(t_ca, t_cb, c_coord, acc)`` of MMA warpgroup ``wg`` and MMA thread ``mtid``: the
+        wgmma views of the A stages and B buffers, the (row, col) in the tile of each of the
+        thread's accumulator elements, and the zeroed accumulator."""
+        thr_mma = tiled_mma.get_slice(cute.make_layout(mma_wgs, stride=128)(wg))
+        t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
+        t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
+        c_coord = tiled_mma.get_slice(mtid).partition_C(cute.make_identity_tensor((tile_m, tile_n)))
+        acc = cute.make_rmem_tensor(c_coord.shape, Float32)
+        acc.fill(0.0)
+        return t_ca, t_cb, c_coord, acc
+
+    @cute.jit
     def smem_views(storage, a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
                    q_layout: cute.Layout):
         """The shared-memory tensors: A stages and B buffers as wgmma reads them, the B
@@ -410,14 +424,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             if cutlass.const_expr(mma_wgs * 128 != THREADS):
                 mwg = cutlass.min(wg, Int32(mma_wgs - 1))
                 mtid = tidx % (128 * mma_wgs)
-            thr_mma = tiled_mma.get_slice(cute.make_layout(mma_wgs, stride=128)(mwg))
-            t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
-            t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
-            c_coord = tiled_mma.get_slice(mtid).partition_C(
-                cute.make_identity_tensor((tile_m, tile_n))
-            )
-            acc = cute.make_rmem_tensor(c_coord.shape, Float32)
-            acc.fill(0.0)
+            t_ca, t_cb, c_coord, acc = mma_fragments(tiled_mma, s_a, s_b, mwg, mtid)
 
             pipeline.pipeline_init_wait()
             cute.arch.sync_threads()  # s_s complete before any decode reads it
@@ -542,14 +549,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             else:
                 mtid = tidx - decoders
                 wg = cute.arch.make_warp_uniform(mtid // 128)
-                thr_mma = tiled_mma.get_slice(cute.make_layout(mma_wgs, stride=128)(wg))
-                t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
-                t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
-                c_coord = tiled_mma.get_slice(mtid).partition_C(
-                    cute.make_identity_tensor((tile_m, tile_n))
-                )
-                acc = cute.make_rmem_tensor(c_coord.shape, Float32)
-                acc.fill(0.0)
+                t_ca, t_cb, c_coord, acc = mma_fragments(tiled_mma, s_a, s_b, wg, mtid)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
                 release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
