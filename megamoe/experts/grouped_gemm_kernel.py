@@ -119,7 +119,7 @@ NARROW_ROUTES = 512
 DeepSeek's K = 8, 128 at gpt-oss's K = 4) get ``_NARROW`` where it divides ``N``. With few
 rows the GEMM's CTAs are its column tiles, and a one-expert batch (skewed routes) gives
 ``n256s4persist`` only ``N / 256`` of them (16 at DeepSeek FC1): there ``_NARROW`` is
-1.5-1.7x faster. With only the live rows' A boxes loaded (``A_BOX``) it no longer loses to
+1.5-1.7x faster. With only the live rows' A rows loaded (``A_PART_ROWS``) it no longer loses to
 the wide tile with many experts at these capacities. H200, DeepSeek, ``mx_gemm --samples
 5``, FC1 + FC2 us, ``n256s4persist`` against ``n128s6persist``: skewed T = 16 106.8 / 70.0;
 uniform T = 4 706.0 / 697.0, T = 16 2749.2 / 2706.6, T = 64 5577.2 / 5459.8; past the
@@ -155,53 +155,81 @@ def live_m_tiles(m_cap: Int32, seg_ptr: cute.Pointer, num_experts: Int32,
     return (end + (tile_m - 1)) // tile_m
 
 
-A_BOX = 8
-"""Rows of A per TMA box: one 128-byte-swizzle atom of a 64-wide bf16 K tile (1 KB). A
-stage loads only the boxes that hold live rows of its tile (``live_boxes``): with one live
-row per expert (decode-size batches) a 128-row tile moves 1 KB of A per K step instead of
-16 KB. The other boxes keep stale shared memory, which only feeds accumulator rows the
-epilogue never stores (an output row of a GEMM reads only its own A row)."""
-A_BOX_BYTES = A_BOX * TILE_K * 2
+A_PART_ROWS = (8, 16, 32, 64)
+"""Heights of the partial A loads: multiples of the 8-row 128-byte-swizzle atom of a
+64-wide bf16 K tile (1 KB). Every stage loads A with ONE TMA load of the tile's first ``h``
+rows, ``h`` the smallest of these heights below the tile height, or the tile height
+itself, that covers the tile's live rows (``a_load_height``): with one live row per expert
+(decode-size batches) a 128-row tile moves 1 KB of A per K step instead of 16 KB, a tile
+whose rows are all live loads it whole, and no stage issues more than one A load (one load
+per 8-row atom, 16 for a full 128-row tile, measured 40-60 % slower: docs/perf.md, "The
+whole layer, full grid, on the live-row kernels"). Rows past the live ones keep stale
+shared memory, which only feeds accumulator rows the epilogue never stores (an output row
+of a GEMM reads only its own A row). Tiles start at multiples of the tile height
+(``seg_start`` is a multiple of ``TILE_M``), so a tile's first ``h`` rows are block
+``row0 / h`` of A."""
+A_ROW_BYTES = TILE_K * 2
+"""Bytes of one row of a bf16 A stage."""
 
 
-def make_a_box_tma(m_a: cute.Tensor, tile_n: int):
-    """The TMA atom (and its coordinate tensor) for ``A_BOX``-row boxes of ``m_a`` (bf16,
-    ``[M_cap, K]`` K-major), laid out as one box of the kernels' 128-byte-swizzled A
-    stages. Call inside the launcher's ``cute.jit``."""
-    box = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (A_BOX, tile_n, TILE_K),
-                                        BFloat16, 1)
-    return cute.nvgpu.cpasync.make_tiled_tma_atom(
-        cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), m_a, cute.slice_(box, (None, None, 0)),
-        (A_BOX, TILE_K),
-    )
+def a_part_heights(tile_m: int) -> tuple[int, ...]:
+    """The partial-load heights of a ``tile_m``-row tile: ``A_PART_ROWS`` below it."""
+    return tuple(h for h in A_PART_ROWS if h < tile_m)
+
+
+def make_a_part_tmas(m_a: cute.Tensor, tile_m: int):
+    """``(atoms, coords)``: one TMA atom (and its coordinate tensor) per height of
+    ``a_part_heights(tile_m)``, each loading that many rows of ``m_a`` (bf16 ``[M_cap, K]``,
+    K-major) into the first rows of one of the kernels' 128-byte-swizzled A stages. Call
+    inside the launcher's ``cute.jit``."""
+    atoms, coords = [], []
+    for h in a_part_heights(tile_m):
+        part = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (h, TILE_N, TILE_K),
+                                             BFloat16, 1)
+        atom, coord = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), m_a,
+            cute.slice_(part, (None, None, 0)), (h, TILE_K),
+        )
+        atoms.append(atom)
+        coords.append(coord)
+    return tuple(atoms), tuple(coords)
 
 
 @cute.jit
-def a_box_views(tma_a: cute.CopyAtom, m_a: cute.Tensor, s_a: cute.Tensor):
-    """``(t_sa, t_ga)``: the TMA partitions of the A stages as ``(box, stage)`` and of the
-    whole A matrix as ``(box, k tile)`` (``box`` counts ``A_BOX`` rows)."""
-    return cute.nvgpu.cpasync.tma_partition(
-        tma_a, 0, cute.make_layout(1),
-        cute.group_modes(cute.flat_divide(s_a, (A_BOX, TILE_K)), 0, 2),
-        cute.group_modes(cute.flat_divide(m_a, (A_BOX, TILE_K)), 0, 2),
-    )
+def a_part_views(tma_as, m_as, s_a: cute.Tensor, tile_m: int):
+    """``(t_sas, t_gas)``: per height of ``a_part_heights(tile_m)``, the TMA partitions of
+    the A stages' first ``h`` rows as ``(block, 0, stage)`` (block 0) and of A as
+    ``(block of h rows, k tile)``."""
+    heights = a_part_heights(tile_m)
+    t_sas, t_gas = [], []
+    for i in cutlass.range_constexpr(len(heights)):
+        t_s, t_g = cute.nvgpu.cpasync.tma_partition(
+            tma_as[i], 0, cute.make_layout(1),
+            cute.group_modes(cute.flat_divide(s_a, (heights[i], TILE_K)), 0, 2),
+            cute.group_modes(cute.flat_divide(m_as[i], (heights[i], TILE_K)), 0, 2),
+        )
+        t_sas.append(t_s)
+        t_gas.append(t_g)
+    return tuple(t_sas), tuple(t_gas)
 
 
 @cute.jit
-def live_boxes(row0: Int32, live_end: Int32, tile_m: int):
-    """``(box0, boxes)``: the tile's first A box and how many hold its live rows
-    ``[row0, live_end)`` (at most ``tile_m / A_BOX``: then the whole tile is live and
-    ``load_stage`` issues one whole-tile load instead of the boxes)."""
-    rows = cutlass.min(live_end - row0, Int32(tile_m))
-    return row0 // A_BOX, (rows + (A_BOX - 1)) // A_BOX
+def prefetch_a_parts(tma_as):
+    """Prefetch the partial A loads' TMA descriptors (``make_a_part_tmas``)."""
+    for i in cutlass.range_constexpr(len(tma_as)):
+        cute.nvgpu.cpasync.prefetch_descriptor(tma_as[i])
+
+
+@cute.jit
+def live_rows(row0: Int32, live_end: Int32, tile_m: int) -> Int32:
+    """The live rows ``[row0, live_end)`` of a tile, at most ``tile_m``."""
+    return cutlass.min(live_end - row0, Int32(tile_m))
 
 
 def make_a_tile_tma(m_a: cute.Tensor, a_layout: cute.ComposedLayout, tile_m: int):
     """The TMA atom (and its coordinate tensor) for whole ``tile_m``-row A tiles of ``m_a``
-    in the kernels' A stage layout ``a_layout``: one load per stage for a tile whose rows
-    are all live (16 box loads of a 128-row tile measured 40-60 % slower, docs/perf.md,
-    "The whole layer, full grid, on the live-row kernels"). Call inside the launcher's
-    ``cute.jit``."""
+    in the kernels' A stage layout ``a_layout``: the load of a tile whose live rows exceed
+    every partial height (``A_PART_ROWS``). Call inside the launcher's ``cute.jit``."""
     return cute.nvgpu.cpasync.make_tiled_tma_atom(
         cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), m_a, cute.slice_(a_layout, (None, None, 0)),
         (tile_m, TILE_K),
@@ -220,25 +248,39 @@ def a_tile_views(tma_t: cute.CopyAtom, m_t: cute.Tensor, s_a: cute.Tensor, pid_m
 
 
 @cute.jit
-def load_stage(mainloop, prod, kt, box0: Int32, boxes: Int32, tile_boxes: int,
-               tma_a: cute.CopyAtom, t_ga: cute.Tensor, t_sa: cute.Tensor,
+def a_load_height(rows: Int32, tile_m: int) -> Int32:
+    """The rows a stage of a tile with ``rows`` live rows loads (``A_PART_ROWS``)."""
+    heights = a_part_heights(tile_m)
+    h = Int32(tile_m)
+    for i in cutlass.range_constexpr(len(heights)):
+        j = len(heights) - 1 - i
+        h = cutlass.select_(rows <= Int32(heights[j]), Int32(heights[j]), h)
+    return h
+
+
+@cute.jit
+def load_stage(mainloop, prod, kt, row0: Int32, rows: Int32, tile_m: int,
+               tma_as, t_gas, t_sas,
                tma_t: cute.CopyAtom, t_gt: cute.Tensor, t_st: cute.Tensor,
                tma_b: cute.CopyAtom, t_gb: cute.Tensor, t_sb: cute.Tensor):
     """Producer side of one pipeline stage: acquire stage ``prod`` (its barrier then expects
-    the B bytes: the pipeline's ``tx_count``), add the bytes of the ``boxes`` live A boxes
-    from ``box0``, TMA-load A of k tile ``kt`` (the whole tile with ``tma_t`` when all
-    ``tile_boxes`` boxes are live, else only the live boxes with ``tma_a``) and B (bf16 B,
-    or the MX kernels' packed weights) onto the barrier. The caller advances ``prod``."""
+    the B bytes: the pipeline's ``tx_count``), add the bytes of the A rows it loads, TMA-load
+    A of k tile ``kt`` with one load (``A_PART_ROWS``: the smallest partial height that
+    covers the tile's ``rows`` live rows from ``row0``, with ``tma_as[i]``, or the whole tile
+    with ``tma_t``) and B (bf16 B, or the MX kernels' packed weights) onto the barrier. The
+    caller advances ``prod``."""
+    heights = a_part_heights(tile_m)
+    bounds = (0, *heights)
     mainloop.producer_acquire(prod)
     bar = mainloop.producer_get_barrier(prod)
     with cute.arch.elect_one():
-        cute.arch.mbarrier_expect_tx(bar, boxes * A_BOX_BYTES)
-    if boxes == tile_boxes:
+        cute.arch.mbarrier_expect_tx(bar, a_load_height(rows, tile_m) * A_ROW_BYTES)
+    for i in cutlass.range_constexpr(len(heights)):
+        if (rows > Int32(bounds[i])) & (rows <= Int32(bounds[i + 1])):
+            cute.copy(tma_as[i], t_gas[i][(None, row0 // bounds[i + 1], kt)],
+                      t_sas[i][(None, 0, 0, prod.index)], tma_bar_ptr=bar)
+    if rows > Int32(heights[-1]):
         cute.copy(tma_t, t_gt[(None, kt)], t_st[(None, prod.index)], tma_bar_ptr=bar)
-    else:
-        for j in cutlass.range(boxes, unroll=1):
-            cute.copy(tma_a, t_ga[(None, box0 + j, kt)], t_sa[(None, j, 0, prod.index)],
-                      tma_bar_ptr=bar)
     cute.copy(tma_b, t_gb[(None, kt)], t_sb[(None, prod.index)], tma_bar_ptr=bar)
     mainloop.producer_commit(prod)
 
@@ -383,7 +425,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
     n_tiles = n // tile_n
     k_tiles = k // TILE_K
     tile_mnk = (TILE_M, tile_n, TILE_K)
-    tx_bytes = tile_n * TILE_K * 2  # B; each stage adds its live A boxes (``load_stage``)
+    tx_bytes = tile_n * TILE_K * 2  # B; each stage adds its A rows (``load_stage``)
     locate = make_locate(n_tiles)
     locate_cta = make_locate_cta(n_tiles)
     store = make_store(swiglu, n_out, out_f32)
@@ -396,7 +438,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
 
     @cute.kernel
     def kernel(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom, m_t: cute.Tensor,
         tma_b: cute.CopyAtom, m_b: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
         out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
@@ -411,7 +453,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
 
         if live:
             if warp_idx == 0:
-                cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                prefetch_a_parts(tma_a)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             smem = cutlass.utils.SmemAllocator()
@@ -421,9 +463,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
             s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
 
-            # A boxes of a [M_cap, K]; (tile_n, TILE_K, k_tiles) of b (N, K, E)
-            box0, boxes = live_boxes(row0, live_end, TILE_M)
-            t_sa, t_ga = a_box_views(tma_a, m_a, s_a)
+            # A rows of a [M_cap, K]; (tile_n, TILE_K, k_tiles) of b (N, K, E)
+            rows = live_rows(row0, live_end, TILE_M)
+            t_sa, t_ga = a_part_views(tma_a, m_a, s_a, TILE_M)
             t_st, t_gt = a_tile_views(tma_t, m_t, s_a, pid_m, TILE_M)
             g_b = cute.local_tile(m_b, (tile_n, TILE_K), (pid_n, None, e))
             t_sb, t_gb = cute.nvgpu.cpasync.tma_partition(
@@ -447,7 +489,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, TILE_M // A_BOX, tma_a,
+                    load_stage(mainloop, prod, prod.count, row0, rows, TILE_M, tma_a,
                                t_ga, t_sa, tma_t, t_gt, t_st, tma_b, t_gb, t_sb)
                     prod.advance()
 
@@ -477,7 +519,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                 release.advance()
                 read.advance()
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, TILE_M // A_BOX, tma_a,
+                    load_stage(mainloop, prod, prod.count, row0, rows, TILE_M, tma_a,
                                t_ga, t_sa, tma_t, t_gt, t_st, tma_b, t_gb, t_sb)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
@@ -487,7 +529,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
 
     @cute.kernel
     def kernel_ws(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom, m_t: cute.Tensor,
         tma_b: cute.CopyAtom, m_b: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
         out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
@@ -504,7 +546,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts)
         total = m_tiles * n_tiles
         if warp_idx == 0:
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+            prefetch_a_parts(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
         smem = cutlass.utils.SmemAllocator()
@@ -519,14 +561,14 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             cute.arch.warpgroup_reg_dealloc(WS_PRODUCER_REGS)
             if warp_idx == 0:
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
-                t_sa, t_ga = a_box_views(tma_a, m_a, s_a)
+                t_sa, t_ga = a_part_views(tma_a, m_a, s_a, TILE_M)
                 tile = bid
                 while tile < total:
                     pid_m, pid_n, e, row0, live, live_end = locate(
                         tile, m_tiles, m_cap, seg_ptr, cnt_ptr, num_experts
                     )
                     if live:
-                        box0, boxes = live_boxes(row0, live_end, TILE_M)
+                        rows = live_rows(row0, live_end, TILE_M)
                         t_st, t_gt = a_tile_views(tma_t, m_t, s_a, pid_m, TILE_M)
                         g_b = cute.local_tile(m_b, (tile_n, TILE_K), (pid_n, None, e))
                         t_sb, t_gb = cute.nvgpu.cpasync.tma_partition(
@@ -534,7 +576,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                             cute.group_modes(g_b, 0, 2),
                         )
                         for kt in cutlass.range(k_tiles, unroll=1):
-                            load_stage(mainloop, prod, kt, box0, boxes, TILE_M // A_BOX, tma_a,
+                            load_stage(mainloop, prod, kt, row0, rows, TILE_M, tma_a,
                                        t_ga, t_sa, tma_t, t_gt, t_st, tma_b, t_gb, t_sb)
                             prod.advance()
                     tile = tile + grid
@@ -604,7 +646,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
         b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        tma_a, t_a = make_a_box_tma(m_a, tile_n)
+        tma_a, t_a = make_a_part_tmas(m_a, TILE_M)
         tma_t, t_t = make_a_tile_tma(m_a, a_layout, TILE_M)
         tma_b, t_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, m_b, cute.slice_(b_layout, (None, None, 0)), (tile_n, TILE_K)

@@ -53,21 +53,21 @@ from cutlass.utils import LayoutEnum
 
 from megamoe.experts.grouped_gemm_kernel import (
     _ALIGN,
-    A_BOX,
     MODES,
     THREADS,
     TILE_K,
     TILE_M,
     KernelConfig,
     _fake_ptr,
-    a_box_views,
+    a_part_views,
     a_tile_views,
-    live_boxes,
+    live_rows,
     load_stage,
-    make_a_box_tma,
+    make_a_part_tmas,
     make_a_tile_tma,
     make_locate_cta,
     make_store,
+    prefetch_a_parts,
     tma_mainloop,
 )
 from megamoe.experts.packed_decode import (
@@ -220,8 +220,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     k_tiles = k // TILE_K
     k_scales = k // sblock
     tile_mnk = (tile_m, tile_n, TILE_K)
-    tile_boxes = tile_m // A_BOX  # all live: one whole-tile A load per stage
-    tx_bytes = tile_n * row_bytes  # the packed weights; A's live boxes are added per stage
+    tx_bytes = tile_n * row_bytes  # the packed weights; A's rows are added per stage
     bytes_per_thread = tile_n * row_bytes // decoders  # fp4: 8 to 32; fp8: 16 to 64
     threads_per_row = row_bytes // bytes_per_thread
     chunks_per_thread = elems_per_byte * bytes_per_thread // CHUNK
@@ -373,12 +372,12 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             s_sv[None, v].store(m_wsv[None, pid_n * run_vecs + v, e].load())
 
     @cute.jit
-    def tma_views(tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_t: cute.CopyAtom,
+    def tma_views(tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom,
                   m_t: cute.Tensor, tma_q: cute.CopyAtom, m_q: cute.Tensor, s_a: cute.Tensor,
                   s_q: cute.Tensor, pid_m: Int32, pid_n: Int32, e: Int32):
-        """The TMA partitions of this tile's A (as boxes and as a whole tile) and packed
+        """The TMA partitions of this tile's A (partial loads and the whole tile) and packed
         weights, all k tiles."""
-        t_sa, t_ga = a_box_views(tma_a, m_a, s_a)
+        t_sa, t_ga = a_part_views(tma_a, m_a, s_a, tile_m)
         t_st, t_gt = a_tile_views(tma_t, m_t, s_a, pid_m, tile_m)
         g_q = cute.local_tile(m_q, (tile_n, row_bytes), (pid_n, None, e))
         t_sq, t_gq = cute.nvgpu.cpasync.tma_partition(
@@ -389,7 +388,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
 
     @cute.kernel
     def kernel(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom, m_t: cute.Tensor,
         tma_q: cute.CopyAtom, m_q: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, q_layout: cute.Layout,
         wscale_ptr: cute.Pointer, out_ptr: cute.Pointer, seg_ptr: cute.Pointer,
@@ -403,9 +402,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                                                            num_experts)
 
         if live:
-            box0, boxes = live_boxes(row0, live_end, tile_m)  # A_BOX: only live A rows load
+            rows = live_rows(row0, live_end, tile_m)  # A_PART_ROWS: only live A rows load
             if warp_idx == 0:
-                cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                prefetch_a_parts(tma_a)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
             smem = cutlass.utils.SmemAllocator()
@@ -432,7 +431,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, tile_boxes, tma_a, t_ga,
+                    load_stage(mainloop, prod, prod.count, row0, rows, tile_m, tma_a, t_ga,
                                t_sa, tma_t, t_gt, t_st, tma_q,
                                t_gq, t_sq)
                     prod.advance()
@@ -461,7 +460,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 read.advance()
                 buf = Int32(cutlass.select_(buf == Int32(CONVERT_BUFS - 1), Int32(0), buf + 1))
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    load_stage(mainloop, prod, prod.count, box0, boxes, tile_boxes, tma_a, t_ga,
+                    load_stage(mainloop, prod, prod.count, row0, rows, tile_m, tma_a, t_ga,
                                t_sa, tma_t, t_gt, t_st, tma_q,
                                t_gq, t_sq)
                     prod.advance()
@@ -477,7 +476,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
 
     @cute.kernel
     def kernel_specialized(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom, m_t: cute.Tensor,
         tma_q: cute.CopyAtom, m_q: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, q_layout: cute.Layout,
         wscale_ptr: cute.Pointer, out_ptr: cute.Pointer, seg_ptr: cute.Pointer,
@@ -497,9 +496,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
                                                            num_experts)
         if live:
-            box0, boxes = live_boxes(row0, live_end, tile_m)  # A_BOX: only live A rows load
+            rows = live_rows(row0, live_end, tile_m)  # A_PART_ROWS: only live A rows load
             if warp_idx == producer_warp:
-                cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                prefetch_a_parts(tma_a)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
             smem = cutlass.utils.SmemAllocator()
@@ -521,7 +520,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                     tma_a, m_a, tma_t, m_t, tma_q, m_q, s_a, s_q, pid_m, pid_n, e)
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
                 for kt in cutlass.range(k_tiles, unroll=1):
-                    load_stage(mainloop, prod, kt, box0, boxes, tile_boxes, tma_a, t_ga, t_sa,
+                    load_stage(mainloop, prod, kt, row0, rows, tile_m, tma_a, t_ga, t_sa,
                                tma_t, t_gt, t_st, tma_q, t_gq, t_sq)
                     prod.advance()
                 mainloop.producer_tail(prod)
@@ -606,7 +605,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             (tile_n, row_bytes, stages), stride=(row_bytes, 1, tile_n * row_bytes)
         )
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        tma_a, t_a = make_a_box_tma(m_a, tile_n)
+        tma_a, t_a = make_a_part_tmas(m_a, tile_m)
         tma_t, t_t = make_a_tile_tma(m_a, a_layout, tile_m)
         tma_q, t_q = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, row_bytes)
