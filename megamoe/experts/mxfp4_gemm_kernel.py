@@ -119,14 +119,12 @@ docs/perf.md, "MX GEMM variants" (``python -m megamoe.bench.mx_gemm``).
 - ``m64n64s6``: 64-row M tiles (one MMA warpgroup, both warpgroups decoding): half the A
   bytes and wgmmas of a 128-row tile; faster than ``n64s4`` only at T = 64 FC1.
 - ``m64n64s3ws`` (the default for small route capacities): ``specialized`` with one MMA
-  warpgroup: 288 threads and
-  about 70 KB of shared memory at K = 7168, so three CTAs (three decode warpgroups) share an
-  SM. With only the live rows' A boxes loaded (``A_BOX``), H200, DeepSeek uniform: FC1 T = 16
-  1847 us against 2348 us for ``n64s4ws`` (and 2575 us for ``n64s4ws`` loading whole A
-  tiles), FC2 991 / 1264 us; T = 1024 FC1 4198 / 5266 us, FC2 2227 / 2755 us (docs/perf.md,
-  "Branch wip/live-rows"). Against ``n64s4ws`` with live rows at the ends: T = 1 FC1 169 /
-  167 us, FC2 99 / 109 us; T = 4096 (128 rows per expert) FC1 9250 / 8849 us (4.5 % slower),
-  FC2 4895 / 5013 us (docs/perf.md, "Live rows")."""
+  warpgroup: 288 threads and about 70 KB of shared memory at K = 7168, so three CTAs (three
+  decode warpgroups) share an SM. H200, DeepSeek uniform, one A load per stage
+  (``A_PART_ROWS``), FC1 / FC2 us against ``n64s4ws``: T = 1024 (32 rows per expert)
+  3729 / 1995 against 4826 / 2570; T = 2048 (64 rows) 3825 / 2127 against 6489 / 3411;
+  T = 4096 (128 rows) 7526 / 3914 against 5580 / 3172; one expert (skewed) T = 1 69 / 45
+  against 53 / 39 (docs/perf.md, "One A load per stage")."""
 MXFP8_CONFIGS = (
     KernelConfig(64, 3, tile_m=64, specialized=True),
     KernelConfig(64, 3),
@@ -138,9 +136,9 @@ MXFP8_CONFIGS = (
 ``n64s3`` is the deepest 64-column pipeline that still fits two CTAs per SM at K = 7168).
 ``n64s3ws`` measured 5-11 % slower than ``n64s3`` (one decode warpgroup decodes twice the
 payload bytes of MXFP4 per tile). ``m64n64s3ws`` (the default for small route capacities): as
-for MXFP4 (about
-75 KB); with live-row A boxes FC1 T = 16 2250 us against 3158 us for ``n64s3``, T = 1024
-4998 / 7547 us, T = 4096 10522 / 12473 us (FC2 5597 / 6884 us)."""
+for MXFP4 (about 75 KB); H200, DeepSeek uniform, FC1 / FC2 us against ``n64s3``: T = 16
+2244 / 1181 against 3175 / 1581, T = 1024 4550 / 2423 against 6382 / 3248 (docs/perf.md,
+"One A load per stage")."""
 NVFP4_CONFIGS = (
     KernelConfig(64, 2, tile_m=64, specialized=True),
     KernelConfig(64, 3),
@@ -149,34 +147,39 @@ NVFP4_CONFIGS = (
     KernelConfig(64, 4, tile_m=64),
 )
 """The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
-memory: fewer stages). ``m64n64s2ws`` (the default for small route capacities): the MX formats'
-default shape with two
-stages (NVFP4's 28 KB of scale bytes at K = 7168 leave about 72 KB per CTA, three CTAs per
-SM); with live-row A boxes, H200, DeepSeek uniform, against ``n64s3``: FC1 T = 16 2663 /
-3399 us, FC2 1375 / 1708 us; T = 1024 FC1 6070 / 8151 us, FC2 3130 / 4172 us; T = 1 FC1
-250 / 229 us, FC2 124 / 138 us. ``n64s3ws`` measured 4 % faster than ``n64s3`` at DeepSeek
-FC1 T = 16, 2-5 % slower everywhere else (whole A tiles)."""
+memory: fewer stages). ``m64n64s2ws``: the MX formats' 64-row shape with two stages
+(NVFP4's 28 KB of scale bytes at K = 7168 leave about 72 KB per CTA, three CTAs per SM);
+faster than ``n64s3`` in the GEMM alone at DeepSeek uniform T = 16 and 1024 (FC1 2672 /
+3122 us, 5535 / 6267 us), but not in the layer (uniform T = 16 to 1024 within 2 % of the
+``n64s3`` layer, one-expert batches 31-65 % slower), so it is no default
+(``MX_NARROW_ROUTES``). ``n64s3ws`` measured 4 % faster than ``n64s3`` at DeepSeek FC1 T =
+16, 2-5 % slower everywhere else (whole A tiles)."""
 CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
-MX_NARROW_ROUTES = 8192
-"""Callers whose route capacity (``C * K``) is at most this get the format's 64-row variant
-(the first of its configs with ``tile_m`` 64), larger ones (and callers that give no
-capacity) its first 128-row variant. With live-row A boxes a 64-row tile is 18-28 % faster
-while experts hold up to 32 rows (DeepSeek uniform T = 16 and 1024: 8192 routes); with 128
-rows per expert every tile is full and the 128-row tile's whole-tile loads win (T = 4096,
-MXFP4: 8890 us for ``n64s4ws`` against 11591 us for ``m64n64s3ws``; docs/perf.md, "whole-tile
-A loads for full tiles"). The crossover between 32 and 128 rows per expert is not measured.
-A choice from the capacity, never from a batch's live rows (CONTRACTS.md s7)."""
+MX_NARROW_ROUTES = {"mxfp4": 8192, "mxfp8": 8192, "nvfp4": 0}
+"""Per format: callers whose route capacity (``C * K``) is at most this get the format's
+64-row variant (the first of its configs with ``tile_m`` 64), larger ones (and callers that
+give no capacity) its first 128-row variant. A 64-row tile needs one tile where a 128-row
+one does for experts of up to 64 rows, with half its A bytes and wgmmas and three CTAs per
+SM: H200, DeepSeek uniform, MXFP4 FC1 3729 against 4826 us at 32 rows per expert (T =
+1024, 8192 routes) and 3825 against 6489 us at 64 rows (T = 2048); at 128 rows (T = 4096)
+the 128-row tile wins (5580 against 7526 us). The bound stops at 8192 routes (32 rows per
+expert at DeepSeek's E = 256, K = 8; 64 at gpt-oss's E = 128, K = 4). The capacity does not
+say how the routes spread: a batch whose routes all go to one expert (skewed) runs 8-34 %
+slower on the 64-row variant than on main's earlier 128-row kernels (the whole layer,
+DeepSeek skewed T <= 1024), while uniform batches run 15-23 % faster (docs/perf.md, "One A load per stage").
+NVFP4's 64-row variant wins nowhere in the layer, so its bound is 0. A choice from the
+capacity, never from a batch's live rows (CONTRACTS.md s7)."""
 
 
 def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None) -> KernelConfig:
     """The variant of weight format ``weights`` for an ``N``: the first 64-row one whose
     column tile divides ``N`` when ``routes`` (the caller's static route capacity) is at most
-    ``MX_NARROW_ROUTES``, else the first 128-row one (any variant whose tile divides ``N``
+    ``MX_NARROW_ROUTES[weights]``, else the first 128-row one (any variant whose tile divides ``N``
     when the preferred height has none)."""
     configs = CONFIGS_BY_FORMAT[weights]
-    narrow = routes is not None and routes <= MX_NARROW_ROUTES
+    narrow = routes is not None and routes <= MX_NARROW_ROUTES[weights]
     fits = [cfg for cfg in configs if n % cfg.tile_n == 0]
     for cfg in fits:
         if (cfg.tile_m < TILE_M) == narrow:
@@ -402,7 +405,11 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                                                            num_experts)
 
         if live:
-            rows = live_rows(row0, live_end, tile_m)  # A_PART_ROWS: only live A rows load
+            # whole A tiles only: in this body (every warp decodes and multiplies, warp 0
+            # also loads) the partial loads made full tiles 8-12 % slower (the layer, NVFP4
+            # and MXFP8 n64s3, DeepSeek uniform T = 4096) and raised the registers from 58
+            # to 63-72
+            rows = Int32(tile_m)
             if warp_idx == 0:
                 prefetch_a_parts(tma_a)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
