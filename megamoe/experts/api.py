@@ -306,29 +306,26 @@ def weight_kind(b) -> str:  # type: ignore[no-untyped-def]
     return "bf16" if kind is None else kind[0]
 
 
-def _default_config(weights: str, n: int) -> KernelConfig:
-    return gemm_config(weights, n)
-
-
 def gemm_config(weights: str, n: int, routes: int | None = None) -> KernelConfig:
     """The variant a caller should compile and run for weight kind ``weights`` and ``N``:
-    ``mx_default_config(N, weights)`` for the block-scaled kinds, ``default_config(N,
-    routes)`` for bf16, where ``routes`` is the caller's *static* route capacity (``C * K``;
-    narrow tiles for a small one). A layer picks it once from its config, so the variant,
-    and with it every row's result, never depends on a batch's live rows (CONTRACTS.md s7)."""
+    ``mx_default_config(N, weights, routes)`` for the block-scaled kinds (64-row tiles for a
+    small capacity), ``default_config(N, routes)`` for bf16 (narrow column tiles for a small
+    one), where ``routes`` is the caller's *static* route capacity (``C * K``). A layer picks
+    it once from its config, so the variant, and with it every row's result, never depends
+    on a batch's live rows (CONTRACTS.md s7)."""
     if weights not in WEIGHT_KINDS:
         raise ConfigError("weights", f"one of {WEIGHT_KINDS}", repr(weights))
     if weights != "bf16":
         from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
-        return mx_default_config(n, weights)
+        return mx_default_config(n, weights, routes)
     return default_config(n, routes)
 
 
 def _compiled(mode: str, n: int, k: int, device: torch.device,
               cfg: KernelConfig | None = None, weights: str = "bf16",
               out_f32: bool = False):
-    cfg = cfg if cfg is not None else _default_config(weights, n)
+    cfg = cfg if cfg is not None else gemm_config(weights, n)
     key = (mode, n, k, cfg.name, weights, out_f32, str(device))
     hit = _CACHE.get(key)
     if hit is not None:
@@ -369,7 +366,7 @@ def warmup(mode: str, n: int, k: int, device: torch.device | str,
         raise ConfigError("N", f"a positive multiple of TILE_N={TILE_N}", n)
     if k <= 0 or k % TILE_K:
         raise ConfigError("K", f"a positive multiple of TILE_K={TILE_K}", k)
-    cfg = config if config is not None else _default_config(weights, n)
+    cfg = config if config is not None else gemm_config(weights, n)
     if n % cfg.tile_n:
         raise ConfigError("N", f"a multiple of config.tile_n={cfg.tile_n}", n)
     _compiled(mode, n, k, torch.device(device), cfg, weights, out_dtype == torch.float32)
@@ -407,12 +404,12 @@ def grouped_gemm(
     the mainloop), or an ``Nvfp4Matrix``, of which the GEMM multiplies ``code * scale``
     only: its per-expert ``global_scale`` is the caller's to apply (``pre_scale``). ``pre_scale`` (float32 ``[M_cap, 4]``, the safe-FP8 scale wire, lane 0 read):
     multiplies the accumulators before the epilogue math (FC1: before the clamp and SwiGLU).
-    ``config`` picks a compiled variant (default ``default_config(N)``, or
-    ``mxfp4_default_config(N)`` for MXFP4 weights); ``max_ctas`` caps the grid of the
+    ``config`` picks a compiled variant (default ``gemm_config(weight kind, N)``, without a
+    route capacity: a layer passes its own); ``max_ctas`` caps the grid of the
     persistent (``ws``) variants (default: the device's SM count)."""
     m_cap, e, n, k = _check(a, b, seg_start, counts, out, mode, row_scale, clamp, pre_scale)
     weights = weight_kind(b)
-    cfg = config if config is not None else _default_config(weights, n)
+    cfg = config if config is not None else gemm_config(weights, n)
     if n % cfg.tile_n:
         raise ConfigError("N (b.shape[1])", f"a multiple of config.tile_n={cfg.tile_n}", n)
     if weights != "bf16" and cfg.ws:

@@ -115,13 +115,18 @@ _PREFERRED = (
 
 
 NARROW_ROUTES = 512
-"""Callers whose capacity holds at most this many routes (``C * K``: at most 64 tokens at
-DeepSeek's K = 8) get ``_NARROW`` where it divides ``N``: with few rows, the GEMM's CTAs are
-its column tiles, and a one-expert batch (skewed routes) gives ``n256s4persist`` only
-``N / 256`` of them (16 at DeepSeek FC1). H200, DeepSeek, one expert with 1 or 16 rows:
-FC1 44 us against 76 us, FC2 17 us against 27 us (docs/perf.md, "Narrow bf16 tiles").
-A choice from the capacity, never from the live rows, so a row's result does not depend on
-how many other rows a batch has (CONTRACTS.md s7, invariance)."""
+"""Callers whose capacity holds at most this many routes (``C * K``: up to 64 tokens at
+DeepSeek's K = 8, 128 at gpt-oss's K = 4) get ``_NARROW`` where it divides ``N``. With few
+rows the GEMM's CTAs are its column tiles, and a one-expert batch (skewed routes) gives
+``n256s4persist`` only ``N / 256`` of them (16 at DeepSeek FC1): there ``_NARROW`` is
+1.5-1.7x faster. With only the live rows' A rows loaded (``A_PART_ROWS``) it no longer loses to
+the wide tile with many experts at these capacities. H200, DeepSeek, ``mx_gemm --samples
+5``, FC1 + FC2 us, ``n256s4persist`` against ``n128s6persist``: skewed T = 16 106.8 / 70.0;
+uniform T = 4 706.0 / 697.0, T = 16 2749.2 / 2706.6, T = 64 5577.2 / 5459.8; past the
+bound uniform T = 256 5554.7 / 5591.4, T = 1024 6012.7 / 6696.2 and skewed T = 1024
+239.0 / 417.5 (docs/perf.md, "Live rows"). A choice from the capacity, never from the live
+rows, so a row's result does not depend on how many other rows a batch has
+(CONTRACTS.md s7)."""
 _NARROW = KernelConfig(128, 6, True)
 
 
@@ -150,17 +155,149 @@ def live_m_tiles(m_cap: Int32, seg_ptr: cute.Pointer, num_experts: Int32,
     return (end + (tile_m - 1)) // tile_m
 
 
+A_PART_ROWS = (8, 16, 32, 64)
+"""Heights of the partial A loads: multiples of the 8-row 128-byte-swizzle atom of a
+64-wide bf16 K tile (1 KB). Every stage loads A with ONE TMA load of the tile's first ``h``
+rows, ``h`` the smallest of these heights below the tile height, or the tile height
+itself, that covers the tile's live rows (``a_load_height``): with one live row per expert
+(decode-size batches) a 128-row tile moves 1 KB of A per K step instead of 16 KB, a tile
+whose rows are all live loads it whole, and no stage issues more than one A load (one load
+per 8-row atom, 16 for a full 128-row tile, measured 40-60 % slower: docs/perf.md, "The
+whole layer, full grid, on the live-row kernels"). Rows past the live ones keep stale
+shared memory, which only feeds accumulator rows the epilogue never stores (an output row
+of a GEMM reads only its own A row). Tiles start at multiples of the tile height
+(``seg_start`` is a multiple of ``TILE_M``), so a tile's first ``h`` rows are block
+``row0 / h`` of A."""
+A_ROW_BYTES = TILE_K * 2
+"""Bytes of one row of a bf16 A stage."""
+
+
+def a_part_heights(tile_m: int) -> tuple[int, ...]:
+    """The partial-load heights of a ``tile_m``-row tile: ``A_PART_ROWS`` below it."""
+    return tuple(h for h in A_PART_ROWS if h < tile_m)
+
+
+def make_a_part_tmas(m_a: cute.Tensor, tile_m: int):
+    """``(atoms, coords)``: one TMA atom (and its coordinate tensor) per height of
+    ``a_part_heights(tile_m)``, each loading that many rows of ``m_a`` (bf16 ``[M_cap, K]``,
+    K-major) into the first rows of one of the kernels' 128-byte-swizzled A stages. Call
+    inside the launcher's ``cute.jit``."""
+    atoms, coords = [], []
+    for h in a_part_heights(tile_m):
+        part = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (h, TILE_N, TILE_K),
+                                             BFloat16, 1)
+        atom, coord = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), m_a,
+            cute.slice_(part, (None, None, 0)), (h, TILE_K),
+        )
+        atoms.append(atom)
+        coords.append(coord)
+    return tuple(atoms), tuple(coords)
+
+
 @cute.jit
-def load_stage(mainloop, prod, kt, tma_a: cute.CopyAtom, t_ga: cute.Tensor, t_sa: cute.Tensor,
+def a_part_views(tma_as, m_as, s_a: cute.Tensor, tile_m: int):
+    """``(t_sas, t_gas)``: per height of ``a_part_heights(tile_m)``, the TMA partitions of
+    the A stages' first ``h`` rows as ``(block, 0, stage)`` (block 0) and of A as
+    ``(block of h rows, k tile)``."""
+    heights = a_part_heights(tile_m)
+    t_sas, t_gas = [], []
+    for i in cutlass.range_constexpr(len(heights)):
+        t_s, t_g = cute.nvgpu.cpasync.tma_partition(
+            tma_as[i], 0, cute.make_layout(1),
+            cute.group_modes(cute.flat_divide(s_a, (heights[i], TILE_K)), 0, 2),
+            cute.group_modes(cute.flat_divide(m_as[i], (heights[i], TILE_K)), 0, 2),
+        )
+        t_sas.append(t_s)
+        t_gas.append(t_g)
+    return tuple(t_sas), tuple(t_gas)
+
+
+@cute.jit
+def prefetch_a_parts(tma_as):
+    """Prefetch the partial A loads' TMA descriptors (``make_a_part_tmas``)."""
+    for i in cutlass.range_constexpr(len(tma_as)):
+        cute.nvgpu.cpasync.prefetch_descriptor(tma_as[i])
+
+
+@cute.jit
+def live_rows(row0: Int32, live_end: Int32, tile_m: int) -> Int32:
+    """The live rows ``[row0, live_end)`` of a tile, at most ``tile_m``."""
+    return cutlass.min(live_end - row0, Int32(tile_m))
+
+
+def make_a_tile_tma(m_a: cute.Tensor, a_layout: cute.ComposedLayout, tile_m: int):
+    """The TMA atom (and its coordinate tensor) for whole ``tile_m``-row A tiles of ``m_a``
+    in the kernels' A stage layout ``a_layout``: the load of a tile whose live rows exceed
+    every partial height (``A_PART_ROWS``). Call inside the launcher's ``cute.jit``."""
+    return cute.nvgpu.cpasync.make_tiled_tma_atom(
+        cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), m_a, cute.slice_(a_layout, (None, None, 0)),
+        (tile_m, TILE_K),
+    )
+
+
+@cute.jit
+def a_tile_views(tma_t: cute.CopyAtom, m_t: cute.Tensor, s_a: cute.Tensor, pid_m: Int32,
+                 tile_m: int):
+    """``(t_st, t_gt)``: the TMA partitions of the A stages as ``(stage)`` and of M tile
+    ``pid_m`` of A as ``(k tile)``, for ``make_a_tile_tma``'s atom."""
+    g_a = cute.local_tile(m_t, (tile_m, TILE_K), (pid_m, None))
+    return cute.nvgpu.cpasync.tma_partition(
+        tma_t, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2), cute.group_modes(g_a, 0, 2),
+    )
+
+
+@cute.jit
+def a_load_height(rows: Int32, tile_m: int) -> Int32:
+    """The rows a stage of a tile with ``rows`` live rows loads (``A_PART_ROWS``)."""
+    heights = a_part_heights(tile_m)
+    h = Int32(tile_m)
+    for i in cutlass.range_constexpr(len(heights)):
+        j = len(heights) - 1 - i
+        h = cutlass.select_(rows <= Int32(heights[j]), Int32(heights[j]), h)
+    return h
+
+
+@cute.jit
+def load_stage(mainloop, prod, kt, row0: Int32, rows: Int32, tile_m: int,
+               tma_as, t_gas, t_sas,
+               tma_t: cute.CopyAtom, t_gt: cute.Tensor, t_st: cute.Tensor,
                tma_b: cute.CopyAtom, t_gb: cute.Tensor, t_sb: cute.Tensor):
-    """Producer side of one pipeline stage: acquire stage ``prod``, TMA-load k tile ``kt`` of
-    A and of B (bf16 B, or the MX kernels' packed weights) onto its barrier, commit. The
+    """Producer side of one pipeline stage: acquire stage ``prod`` (its barrier then expects
+    the B bytes: the pipeline's ``tx_count``), add the bytes of the A rows it loads, TMA-load
+    A of k tile ``kt`` with one load (``A_PART_ROWS``: the smallest partial height that
+    covers the tile's ``rows`` live rows from ``row0``, with ``tma_as[i]``, or the whole tile
+    with ``tma_t``) and B (bf16 B, or the MX kernels' packed weights) onto the barrier. The
     caller advances ``prod``."""
+    heights = a_part_heights(tile_m)
+    bounds = (0, *heights)
     mainloop.producer_acquire(prod)
     bar = mainloop.producer_get_barrier(prod)
-    cute.copy(tma_a, t_ga[(None, kt)], t_sa[(None, prod.index)], tma_bar_ptr=bar)
+    with cute.arch.elect_one():
+        cute.arch.mbarrier_expect_tx(bar, a_load_height(rows, tile_m) * A_ROW_BYTES)
+    for i in cutlass.range_constexpr(len(heights)):
+        if (rows > Int32(bounds[i])) & (rows <= Int32(bounds[i + 1])):
+            cute.copy(tma_as[i], t_gas[i][(None, row0 // bounds[i + 1], kt)],
+                      t_sas[i][(None, 0, 0, prod.index)], tma_bar_ptr=bar)
+    if rows > Int32(heights[-1]):
+        cute.copy(tma_t, t_gt[(None, kt)], t_st[(None, prod.index)], tma_bar_ptr=bar)
     cute.copy(tma_b, t_gb[(None, kt)], t_sb[(None, prod.index)], tma_bar_ptr=bar)
     mainloop.producer_commit(prod)
+
+
+def tma_mainloop(storage, stages: int, consumer_warps: int, tx_bytes: int):
+    """The kernels' TMA stage pipeline: ``stages`` barriers in ``storage.bars``, one producer
+    thread, ``consumer_warps`` consumer warps, ``tx_bytes`` expected per stage (B or the
+    packed weights; ``load_stage`` adds the A bytes), initialization deferred to the caller's
+    ``pipeline_init_arrive`` / ``pipeline_init_wait``."""
+    return pipeline.PipelineTmaAsync.create(
+        barrier_storage=storage.bars.data_ptr(),
+        num_stages=stages,
+        producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+        consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, consumer_warps),
+        tx_count=tx_bytes,
+        defer_sync=True,
+    )
 
 
 def make_locate(n_tiles: int, tile_m: int = TILE_M):
@@ -288,8 +425,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
     n_tiles = n // tile_n
     k_tiles = k // TILE_K
     tile_mnk = (TILE_M, tile_n, TILE_K)
-    stage_elems = (TILE_M + tile_n) * TILE_K
-    tx_bytes = stage_elems * 2
+    tx_bytes = tile_n * TILE_K * 2  # B; each stage adds its A rows (``load_stage``)
     locate = make_locate(n_tiles)
     locate_cta = make_locate_cta(n_tiles)
     store = make_store(swiglu, n_out, out_f32)
@@ -302,8 +438,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
 
     @cute.kernel
     def kernel(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_b: cute.CopyAtom, m_b: cute.Tensor,
-        tiled_mma: cute.TiledMma,
+        tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_b: cute.CopyAtom, m_b: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
         out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
         scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
@@ -313,33 +449,25 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
-                                                           num_experts)
+                                                          num_experts)
 
         if live:
             if warp_idx == 0:
-                cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                prefetch_a_parts(tma_a)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             smem = cutlass.utils.SmemAllocator()
             storage = smem.allocate(Storage)
-            mainloop = pipeline.PipelineTmaAsync.create(
-                barrier_storage=storage.bars.data_ptr(),
-                num_stages=stages,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, THREADS // 32),
-                tx_count=tx_bytes,
-                defer_sync=True,
-            )
+            mainloop = tma_mainloop(storage, stages, THREADS // 32, tx_bytes)
             pipeline.pipeline_init_arrive()
             s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
             s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
 
-            # (TILE_M, TILE_K, k_tiles) of a [M_cap, K]; (tile_n, TILE_K, k_tiles) of b (N, K, E)
-            g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
+            # A rows of a [M_cap, K]; (tile_n, TILE_K, k_tiles) of b (N, K, E)
+            rows = live_rows(row0, live_end, TILE_M)
+            t_sa, t_ga = a_part_views(tma_a, m_a, s_a, TILE_M)
+            t_st, t_gt = a_tile_views(tma_t, m_t, s_a, pid_m, TILE_M)
             g_b = cute.local_tile(m_b, (tile_n, TILE_K), (pid_n, None, e))
-            t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
-                tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
-                cute.group_modes(g_a, 0, 2),
-            )
             t_sb, t_gb = cute.nvgpu.cpasync.tma_partition(
                 tma_b, 0, cute.make_layout(1), cute.group_modes(s_b, 0, 2),
                 cute.group_modes(g_b, 0, 2),
@@ -361,7 +489,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
+                    load_stage(mainloop, prod, prod.count, row0, rows, TILE_M, tma_a,
+                               t_ga, t_sa, tma_t, t_gt, t_st, tma_b, t_gb, t_sb)
                     prod.advance()
 
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
@@ -390,7 +519,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                 release.advance()
                 read.advance()
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
+                    load_stage(mainloop, prod, prod.count, row0, rows, TILE_M, tma_a,
+                               t_ga, t_sa, tma_t, t_gt, t_st, tma_b, t_gb, t_sb)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
@@ -399,8 +529,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
 
     @cute.kernel
     def kernel_ws(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_b: cute.CopyAtom, m_b: cute.Tensor,
-        tiled_mma: cute.TiledMma,
+        tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_b: cute.CopyAtom, m_b: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
         out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
         scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
@@ -416,18 +546,12 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         m_tiles = live_m_tiles(m_cap, seg_ptr, num_experts)
         total = m_tiles * n_tiles
         if warp_idx == 0:
-            cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+            prefetch_a_parts(tma_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
         smem = cutlass.utils.SmemAllocator()
         storage = smem.allocate(Storage)
-        mainloop = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.bars.data_ptr(),
-            num_stages=stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, THREADS // 32),
-            tx_count=tx_bytes,
-            defer_sync=True,
-        )
+        mainloop = tma_mainloop(storage, stages, THREADS // 32, tx_bytes)
         pipeline.pipeline_init_arrive()
         s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
         s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
@@ -437,24 +561,23 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             cute.arch.warpgroup_reg_dealloc(WS_PRODUCER_REGS)
             if warp_idx == 0:
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
+                t_sa, t_ga = a_part_views(tma_a, m_a, s_a, TILE_M)
                 tile = bid
                 while tile < total:
                     pid_m, pid_n, e, row0, live, live_end = locate(
                         tile, m_tiles, m_cap, seg_ptr, cnt_ptr, num_experts
                     )
                     if live:
-                        g_a = cute.local_tile(m_a, (TILE_M, TILE_K), (pid_m, None))
+                        rows = live_rows(row0, live_end, TILE_M)
+                        t_st, t_gt = a_tile_views(tma_t, m_t, s_a, pid_m, TILE_M)
                         g_b = cute.local_tile(m_b, (tile_n, TILE_K), (pid_n, None, e))
-                        t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
-                            tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
-                            cute.group_modes(g_a, 0, 2),
-                        )
                         t_sb, t_gb = cute.nvgpu.cpasync.tma_partition(
                             tma_b, 0, cute.make_layout(1), cute.group_modes(s_b, 0, 2),
                             cute.group_modes(g_b, 0, 2),
                         )
                         for kt in cutlass.range(k_tiles, unroll=1):
-                            load_stage(mainloop, prod, kt, tma_a, t_ga, t_sa, tma_b, t_gb, t_sb)
+                            load_stage(mainloop, prod, kt, row0, rows, TILE_M, tma_a,
+                                       t_ga, t_sa, tma_t, t_gt, t_st, tma_b, t_gb, t_sb)
                             prod.advance()
                     tile = tile + grid
                 mainloop.producer_tail(prod)
@@ -476,7 +599,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             tile = bid
             while tile < total:
-                pid_m, pid_n, e, row0, live, live_end = locate(
+                _pid_m, pid_n, e, row0, live, live_end = locate(
                     tile, m_tiles, m_cap, seg_ptr, cnt_ptr, num_experts
                 )
                 if live:
@@ -523,23 +646,22 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
         b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        tma_a, t_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            g2s, m_a, cute.slice_(a_layout, (None, None, 0)), (TILE_M, TILE_K)
-        )
+        tma_a, t_a = make_a_part_tmas(m_a, TILE_M)
+        tma_t, t_t = make_a_tile_tma(m_a, a_layout, TILE_M)
         tma_b, t_b = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, m_b, cute.slice_(b_layout, (None, None, 0)), (tile_n, TILE_K)
         )
         tiles = (m_cap + (TILE_M - 1)) // TILE_M * n_tiles
         if cutlass.const_expr(cfg.ws):
             kernel_ws(
-                tma_a, t_a, tma_b, t_b, tiled_mma, a_layout, b_layout,
+                tma_a, t_a, tma_t, t_t, tma_b, t_b, tiled_mma, a_layout, b_layout,
                 out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts, use_scale,
                 use_pre, clamp,
             ).launch(grid=[cutlass.max(cutlass.min(tiles, max_ctas), Int32(1)), 1, 1],
                      block=[THREADS + 128, 1, 1], stream=stream)
         else:
             kernel(
-                tma_a, t_a, tma_b, t_b, tiled_mma, a_layout, b_layout,
+                tma_a, t_a, tma_t, t_t, tma_b, t_b, tiled_mma, a_layout, b_layout,
                 out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts, use_scale,
                 use_pre, clamp,
             ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream)

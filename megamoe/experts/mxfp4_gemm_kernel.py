@@ -59,9 +59,16 @@ from megamoe.experts.grouped_gemm_kernel import (
     TILE_M,
     KernelConfig,
     _fake_ptr,
+    a_part_views,
+    a_tile_views,
+    live_rows,
     load_stage,
+    make_a_part_tmas,
+    make_a_tile_tma,
     make_locate_cta,
     make_store,
+    prefetch_a_parts,
+    tma_mainloop,
 )
 from megamoe.experts.packed_decode import (
     E2M1_REBIAS_BF16X2,
@@ -88,46 +95,103 @@ BF16_NAN_BITS = 0x7FC0
 """The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
-MXFP4_CONFIGS = (KernelConfig(64, 4, specialized=True), KernelConfig(64, 4),
-                 KernelConfig(128, 6), KernelConfig(64, 2), KernelConfig(64, 6, tile_m=64))
-"""The compiled MXFP4 variants, preferred first (one CTA per tile; no persistent variant).
-``n64s4ws`` is the ``specialized`` variant (a decode warpgroup, two MMA warpgroups and a TMA
-warp, 416 threads, 59 registers each; two CTAs per SM at K = 7168): 3-7 % faster than
-``n64s4`` at every DeepSeek FC1/FC2 shape measured on the H200 (uniform T = 1, 16, 64, 1024;
-docs/perf.md, "MX GEMM variants"). ``n64s4`` (the same tile, every warp decoding and
-multiplying; about 110 KB of shared memory at K = 7168) fits two CTAs per SM, so one CTA's
-decode overlaps the other's wgmmas and loads: 1.7x faster than ``n128s6`` with two rows per
-expert. ``n64s2`` (three CTAs per SM) measured 1-4 % slower than ``n64s4`` except at FC2
-(``python -m megamoe.bench.mx_gemm --configs n64s4ws n64s4 n64s2``)."""
-MXFP8_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 5), KernelConfig(64, 3, specialized=True),
-                 KernelConfig(64, 4, tile_m=64))
-"""The MXFP8 variants (a stage holds twice the payload bytes: ``n64s3`` is the deepest
-64-column pipeline that still fits two CTAs per SM at K = 7168). The ``specialized``
-``n64s3ws`` measured 5-11 % slower than ``n64s3`` here (one decode warpgroup decodes twice
-the payload bytes of MXFP4 per tile), so it is not the default."""
-NVFP4_CONFIGS = (KernelConfig(64, 3), KernelConfig(128, 4), KernelConfig(64, 3, specialized=True),
-                 KernelConfig(64, 4, tile_m=64))
-"""The NVFP4 variants (twice the scale bytes of MXFP4 in shared memory: fewer stages;
-``n64s3ws`` measured 4 % faster at DeepSeek FC1 T = 16, 2-5 % slower everywhere else).
+MXFP4_CONFIGS = (
+    KernelConfig(64, 3, tile_m=64, specialized=True),
+    KernelConfig(64, 4, specialized=True),
+    KernelConfig(64, 4),
+    KernelConfig(128, 6),
+    KernelConfig(64, 2),
+    KernelConfig(64, 6, tile_m=64),
+)
+"""The compiled MXFP4 variants; ``mx_default_config`` takes the first of the height the route
+capacity asks for (``MX_NARROW_ROUTES``) whose column tile divides ``N`` (one CTA per tile;
+no persistent variant). Their H200 A/B numbers:
+docs/perf.md, "MX GEMM variants" (``python -m megamoe.bench.mx_gemm``).
 
-Each format's last variant has 64-row M tiles (``tile_m=64``): one MMA warpgroup, both
-decoding; half the A bytes and wgmmas of a 128-row tile, for experts with at most 64 rows
-(decode-size batches). Not a default yet: it waits for its GPU measurement."""
+- ``n64s4``: every warp decodes and multiplies; about 110 KB of shared memory at K = 7168,
+  so two CTAs share an SM and one's decode overlaps the other's wgmmas and loads (1.7x
+  faster than ``n128s6`` with two rows per expert). ``n64s2``: three CTAs per SM, shallower
+  pipelines (1-4 % slower than ``n64s4`` except at FC2).
+- ``n64s4ws`` (the default for large route capacities): the ``specialized`` variant (a decode
+  warpgroup, two MMA warpgroups and a TMA
+  warp; 416 threads, 59 registers each; two CTAs per SM): 3-7 % faster than ``n64s4`` at
+  every DeepSeek shape measured (uniform T = 1, 16, 64, 1024).
+- ``m64n64s6``: 64-row M tiles (one MMA warpgroup, both warpgroups decoding): half the A
+  bytes and wgmmas of a 128-row tile; faster than ``n64s4`` only at T = 64 FC1.
+- ``m64n64s3ws`` (the default for small route capacities): ``specialized`` with one MMA
+  warpgroup: 288 threads and about 70 KB of shared memory at K = 7168, so three CTAs (three
+  decode warpgroups) share an SM. H200, DeepSeek uniform, one A load per stage
+  (``A_PART_ROWS``), FC1 / FC2 us against ``n64s4ws``: T = 1024 (32 rows per expert)
+  3729 / 1995 against 4826 / 2570; T = 2048 (64 rows) 3825 / 2127 against 6489 / 3411;
+  T = 4096 (128 rows) 7526 / 3914 against 5580 / 3172; one expert (skewed) T = 1 69 / 45
+  against 53 / 39 (docs/perf.md, "One A load per stage")."""
+MXFP8_CONFIGS = (
+    KernelConfig(64, 3, tile_m=64, specialized=True),
+    KernelConfig(64, 3),
+    KernelConfig(128, 5),
+    KernelConfig(64, 3, specialized=True),
+    KernelConfig(64, 4, tile_m=64),
+)
+"""The MXFP8 variants, chosen as ``MXFP4_CONFIGS`` (a stage holds twice the payload bytes:
+``n64s3`` is the deepest 64-column pipeline that still fits two CTAs per SM at K = 7168).
+``n64s3ws`` measured 5-11 % slower than ``n64s3`` (one decode warpgroup decodes twice the
+payload bytes of MXFP4 per tile). ``m64n64s3ws`` (the default for small route capacities): as
+for MXFP4 (about 75 KB); H200, DeepSeek uniform, FC1 / FC2 us against ``n64s3``: T = 16
+2244 / 1181 against 3175 / 1581, T = 1024 4550 / 2423 against 6382 / 3248 (docs/perf.md,
+"One A load per stage")."""
+NVFP4_CONFIGS = (
+    KernelConfig(64, 2, tile_m=64, specialized=True),
+    KernelConfig(64, 3),
+    KernelConfig(128, 4),
+    KernelConfig(64, 3, specialized=True),
+    KernelConfig(64, 4, tile_m=64),
+)
+"""The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
+memory: fewer stages). ``m64n64s2ws``: the MX formats' 64-row shape with two stages
+(NVFP4's 28 KB of scale bytes at K = 7168 leave about 72 KB per CTA, three CTAs per SM);
+faster than ``n64s3`` in the GEMM alone at DeepSeek uniform T = 16 and 1024 (FC1 2672 /
+3122 us, 5535 / 6267 us), but not in the layer (uniform T = 16 to 1024 within 2 % of the
+``n64s3`` layer, one-expert batches 31-65 % slower), so it is no default
+(``MX_NARROW_ROUTES``). ``n64s3ws`` measured 4 % faster than ``n64s3`` at DeepSeek FC1 T =
+16, 2-5 % slower everywhere else (whole A tiles)."""
 CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
-def mx_default_config(n: int, weights: str = "mxfp4") -> KernelConfig:
-    """The first variant of the weight format whose column tile divides ``N``."""
+MX_NARROW_ROUTES = {"mxfp4": 8192, "mxfp8": 8192, "nvfp4": 0}
+"""Per format: callers whose route capacity (``C * K``) is at most this get the format's
+64-row variant (the first of its configs with ``tile_m`` 64), larger ones (and callers that
+give no capacity) its first 128-row variant. A 64-row tile needs one tile where a 128-row
+one does for experts of up to 64 rows, with half its A bytes and wgmmas and three CTAs per
+SM: H200, DeepSeek uniform, MXFP4 FC1 3729 against 4826 us at 32 rows per expert (T =
+1024, 8192 routes) and 3825 against 6489 us at 64 rows (T = 2048); at 128 rows (T = 4096)
+the 128-row tile wins (5580 against 7526 us). The bound stops at 8192 routes (32 rows per
+expert at DeepSeek's E = 256, K = 8; 64 at gpt-oss's E = 128, K = 4). The capacity does not
+say how the routes spread: a batch whose routes all go to one expert (skewed) runs 8-34 %
+slower on the 64-row variant than on main's earlier 128-row kernels (the whole layer,
+DeepSeek skewed T <= 1024), while uniform batches run 15-23 % faster (docs/perf.md, "One A load per stage").
+NVFP4's 64-row variant wins nowhere in the layer, so its bound is 0. A choice from the
+capacity, never from a batch's live rows (CONTRACTS.md s7)."""
+
+
+def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None) -> KernelConfig:
+    """The variant of weight format ``weights`` for an ``N``: the first 64-row one whose
+    column tile divides ``N`` when ``routes`` (the caller's static route capacity) is at most
+    ``MX_NARROW_ROUTES[weights]``, else the first 128-row one (any variant whose tile divides ``N``
+    when the preferred height has none)."""
     configs = CONFIGS_BY_FORMAT[weights]
-    for cfg in configs:
-        if n % cfg.tile_n == 0:
+    narrow = routes is not None and routes <= MX_NARROW_ROUTES[weights]
+    fits = [cfg for cfg in configs if n % cfg.tile_n == 0]
+    for cfg in fits:
+        if (cfg.tile_m < TILE_M) == narrow:
             return cfg
-    raise ValueError(f"N: expected a multiple of {configs[-1].tile_n}, got {n}")
+    if fits:
+        return fits[0]
+    raise ValueError(f"N: expected a multiple of {min(c.tile_n for c in configs)}, got {n}")
 
 
-def mxfp4_default_config(n: int) -> KernelConfig:
-    """The first of ``MXFP4_CONFIGS`` whose column tile divides ``N``."""
-    return mx_default_config(n, "mxfp4")
+def mxfp4_default_config(n: int, routes: int | None = None) -> KernelConfig:
+    """``mx_default_config`` for MXFP4 weights."""
+    return mx_default_config(n, "mxfp4", routes)
 
 
 def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: str = "mxfp4"):
@@ -159,7 +223,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     k_tiles = k // TILE_K
     k_scales = k // sblock
     tile_mnk = (tile_m, tile_n, TILE_K)
-    tx_bytes = tile_m * TILE_K * 2 + tile_n * row_bytes
+    tx_bytes = tile_n * row_bytes  # the packed weights; A's rows are added per stage
     bytes_per_thread = tile_n * row_bytes // decoders  # fp4: 8 to 32; fp8: 16 to 64
     threads_per_row = row_bytes // bytes_per_thread
     chunks_per_thread = elems_per_byte * bytes_per_thread // CHUNK
@@ -257,6 +321,20 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 issue(tiled_mma, acc, t_ca, t_cb, stage, buf)
 
     @cute.jit
+    def mma_fragments(tiled_mma: cute.TiledMma, s_a: cute.Tensor, s_b: cute.Tensor, wg: Int32,
+                      mtid: Int32):
+        """``(t_ca, t_cb, c_coord, acc)`` of MMA warpgroup ``wg`` and MMA thread ``mtid``: the
+        wgmma views of the A stages and B buffers, the (row, col) in the tile of each of the
+        thread's accumulator elements, and the zeroed accumulator."""
+        thr_mma = tiled_mma.get_slice(cute.make_layout(mma_wgs, stride=128)(wg))
+        t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
+        t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
+        c_coord = tiled_mma.get_slice(mtid).partition_C(cute.make_identity_tensor((tile_m, tile_n)))
+        acc = cute.make_rmem_tensor(c_coord.shape, Float32)
+        acc.fill(0.0)
+        return t_ca, t_cb, c_coord, acc
+
+    @cute.jit
     def smem_views(storage, a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout,
                    q_layout: cute.Layout):
         """The shared-memory tensors: A stages and B buffers as wgmma reads them, the B
@@ -297,26 +375,24 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             s_sv[None, v].store(m_wsv[None, pid_n * run_vecs + v, e].load())
 
     @cute.jit
-    def tma_views(tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_q: cute.CopyAtom,
-                  m_q: cute.Tensor, s_a: cute.Tensor, s_q: cute.Tensor, pid_m: Int32,
-                  pid_n: Int32, e: Int32):
-        """The TMA partitions of this tile's A rows and packed weights, all k tiles."""
-        g_a = cute.local_tile(m_a, (tile_m, TILE_K), (pid_m, None))
+    def tma_views(tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom,
+                  m_t: cute.Tensor, tma_q: cute.CopyAtom, m_q: cute.Tensor, s_a: cute.Tensor,
+                  s_q: cute.Tensor, pid_m: Int32, pid_n: Int32, e: Int32):
+        """The TMA partitions of this tile's A (partial loads and the whole tile) and packed
+        weights, all k tiles."""
+        t_sa, t_ga = a_part_views(tma_a, m_a, s_a, tile_m)
+        t_st, t_gt = a_tile_views(tma_t, m_t, s_a, pid_m, tile_m)
         g_q = cute.local_tile(m_q, (tile_n, row_bytes), (pid_n, None, e))
-        t_sa, t_ga = cute.nvgpu.cpasync.tma_partition(
-            tma_a, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
-            cute.group_modes(g_a, 0, 2),
-        )
         t_sq, t_gq = cute.nvgpu.cpasync.tma_partition(
             tma_q, 0, cute.make_layout(1), cute.group_modes(s_q, 0, 2),
             cute.group_modes(g_q, 0, 2),
         )
-        return t_sa, t_ga, t_sq, t_gq
+        return t_sa, t_ga, t_st, t_gt, t_sq, t_gq
 
     @cute.kernel
     def kernel(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_q: cute.CopyAtom, m_q: cute.Tensor,
-        tiled_mma: cute.TiledMma,
+        tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_q: cute.CopyAtom, m_q: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, q_layout: cute.Layout,
         wscale_ptr: cute.Pointer, out_ptr: cute.Pointer, seg_ptr: cute.Pointer,
         cnt_ptr: cute.Pointer, scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32,
@@ -329,23 +405,23 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                                                            num_experts)
 
         if live:
+            # whole A tiles only: in this body (every warp decodes and multiplies, warp 0
+            # also loads) the partial loads made full tiles 8-12 % slower (the layer, NVFP4
+            # and MXFP8 n64s3, DeepSeek uniform T = 4096) and raised the registers from 58
+            # to 63-72
+            rows = Int32(tile_m)
             if warp_idx == 0:
-                cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                prefetch_a_parts(tma_a)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
             smem = cutlass.utils.SmemAllocator()
             storage = smem.allocate(Storage)
-            mainloop = pipeline.PipelineTmaAsync.create(
-                barrier_storage=storage.bars.data_ptr(),
-                num_stages=stages,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, THREADS // 32),
-                tx_count=tx_bytes,
-                defer_sync=True,
-            )
+            mainloop = tma_mainloop(storage, stages, THREADS // 32, tx_bytes)
             pipeline.pipeline_init_arrive()
             s_a, s_b, s_b32, s_q, s_qw, s_s = smem_views(storage, a_layout, b_layout, q_layout)
             copy_scales(storage, wscale_ptr, pid_n, e, num_experts, tidx, THREADS)
-            t_sa, t_ga, t_sq, t_gq = tma_views(tma_a, m_a, tma_q, m_q, s_a, s_q, pid_m, pid_n, e)
+            t_sa, t_ga, t_st, t_gt, t_sq, t_gq = tma_views(tma_a, m_a, tma_t, m_t, tma_q, m_q,
+                                                           s_a, s_q, pid_m, pid_n, e)
 
             wg = cute.arch.make_warp_uniform(tidx // 128)
             # the MMA warpgroup's slice and this thread's accumulator rows (tile_m = 64: the
@@ -354,14 +430,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             if cutlass.const_expr(mma_wgs * 128 != THREADS):
                 mwg = cutlass.min(wg, Int32(mma_wgs - 1))
                 mtid = tidx % (128 * mma_wgs)
-            thr_mma = tiled_mma.get_slice(cute.make_layout(mma_wgs, stride=128)(mwg))
-            t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
-            t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
-            c_coord = tiled_mma.get_slice(mtid).partition_C(
-                cute.make_identity_tensor((tile_m, tile_n))
-            )
-            acc = cute.make_rmem_tensor(c_coord.shape, Float32)
-            acc.fill(0.0)
+            t_ca, t_cb, c_coord, acc = mma_fragments(tiled_mma, s_a, s_b, mwg, mtid)
 
             pipeline.pipeline_init_wait()
             cute.arch.sync_threads()  # s_s complete before any decode reads it
@@ -369,7 +438,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             if warp_idx == 0:
                 for _ in cutlass.range(min(stages, k_tiles), unroll=1):
-                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
+                    load_stage(mainloop, prod, prod.count, row0, rows, tile_m, tma_a, t_ga,
+                               t_sa, tma_t, t_gt, t_st, tma_q,
+                               t_gq, t_sq)
                     prod.advance()
 
             # this thread decodes bytes [b0, b0 + bytes_per_thread) of weight row `wrow`:
@@ -396,7 +467,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 read.advance()
                 buf = Int32(cutlass.select_(buf == Int32(CONVERT_BUFS - 1), Int32(0), buf + 1))
                 if (warp_idx == 0) & (prod.count < k_tiles):
-                    load_stage(mainloop, prod, prod.count, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
+                    load_stage(mainloop, prod, prod.count, row0, rows, tile_m, tma_a, t_ga,
+                               t_sa, tma_t, t_gt, t_st, tma_q,
+                               t_gq, t_sq)
                     prod.advance()
             cute.nvgpu.warpgroup.wait_group(0)
 
@@ -410,8 +483,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
 
     @cute.kernel
     def kernel_specialized(
-        tma_a: cute.CopyAtom, m_a: cute.Tensor, tma_q: cute.CopyAtom, m_q: cute.Tensor,
-        tiled_mma: cute.TiledMma,
+        tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom, m_t: cute.Tensor,
+        tma_q: cute.CopyAtom, m_q: cute.Tensor, tiled_mma: cute.TiledMma,
         a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, q_layout: cute.Layout,
         wscale_ptr: cute.Pointer, out_ptr: cute.Pointer, seg_ptr: cute.Pointer,
         cnt_ptr: cute.Pointer, scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32,
@@ -430,20 +503,14 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
                                                            num_experts)
         if live:
+            rows = live_rows(row0, live_end, tile_m)  # A_PART_ROWS: only live A rows load
             if warp_idx == producer_warp:
-                cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+                prefetch_a_parts(tma_a)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_t)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_q)
             smem = cutlass.utils.SmemAllocator()
             storage = smem.allocate(Storage)
-            mainloop = pipeline.PipelineTmaAsync.create(
-                barrier_storage=storage.bars.data_ptr(),
-                num_stages=stages,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-                consumer_group=pipeline.CooperativeGroup(
-                    pipeline.Agent.Thread, (decoders + mma_threads) // 32),
-                tx_count=tx_bytes,
-                defer_sync=True,
-            )
+            mainloop = tma_mainloop(storage, stages, (decoders + mma_threads) // 32, tx_bytes)
             decoded = pipeline.PipelineAsync.create(
                 barrier_storage=storage.dbars.data_ptr(),
                 num_stages=CONVERT_BUFS,
@@ -456,11 +523,12 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             pipeline.pipeline_init_wait()
 
             if warp_idx == producer_warp:
-                t_sa, t_ga, t_sq, t_gq = tma_views(tma_a, m_a, tma_q, m_q, s_a, s_q, pid_m,
-                                                   pid_n, e)
+                t_sa, t_ga, t_st, t_gt, t_sq, t_gq = tma_views(
+                    tma_a, m_a, tma_t, m_t, tma_q, m_q, s_a, s_q, pid_m, pid_n, e)
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
                 for kt in cutlass.range(k_tiles, unroll=1):
-                    load_stage(mainloop, prod, kt, tma_a, t_ga, t_sa, tma_q, t_gq, t_sq)
+                    load_stage(mainloop, prod, kt, row0, rows, tile_m, tma_a, t_ga, t_sa,
+                               tma_t, t_gt, t_st, tma_q, t_gq, t_sq)
                     prod.advance()
                 mainloop.producer_tail(prod)
             elif warp_idx < Int32(decoders // 32):
@@ -487,14 +555,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             else:
                 mtid = tidx - decoders
                 wg = cute.arch.make_warp_uniform(mtid // 128)
-                thr_mma = tiled_mma.get_slice(cute.make_layout(mma_wgs, stride=128)(wg))
-                t_ca = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
-                t_cb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
-                c_coord = tiled_mma.get_slice(mtid).partition_C(
-                    cute.make_identity_tensor((tile_m, tile_n))
-                )
-                acc = cute.make_rmem_tensor(c_coord.shape, Float32)
-                acc.fill(0.0)
+                t_ca, t_cb, c_coord, acc = mma_fragments(tiled_mma, s_a, s_b, wg, mtid)
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
                 release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
@@ -551,22 +612,21 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             (tile_n, row_bytes, stages), stride=(row_bytes, 1, tile_n * row_bytes)
         )
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        tma_a, t_a = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            g2s, m_a, cute.slice_(a_layout, (None, None, 0)), (tile_m, TILE_K)
-        )
+        tma_a, t_a = make_a_part_tmas(m_a, tile_m)
+        tma_t, t_t = make_a_tile_tma(m_a, a_layout, tile_m)
         tma_q, t_q = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, m_q, cute.slice_(q_layout, (None, None, 0)), (tile_n, row_bytes)
         )
         tiles = (m_cap + (tile_m - 1)) // tile_m * n_tiles
         if cutlass.const_expr(specialized):
             kernel_specialized(
-                tma_a, t_a, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
+                tma_a, t_a, tma_t, t_t, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
                 wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
                 use_scale, use_pre, clamp,
             ).launch(grid=[tiles, 1, 1], block=[block_threads, 1, 1], stream=stream)
         else:
             kernel(
-                tma_a, t_a, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
+                tma_a, t_a, tma_t, t_t, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
                 wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
                 use_scale, use_pre, clamp,
             ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream)
@@ -651,4 +711,22 @@ def build_mxfp4_gemm_swiglu_specialized():
 @register_kernel("grouped_gemm_nvfp4_plain_f32_k128_n192_n64s3ws")
 def build_nvfp4_gemm_plain_specialized():
     return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3, specialized=True),
+                           out_f32=True, weights="nvfp4")
+
+
+@register_kernel("grouped_gemm_mxfp4_swiglu_k256_n256_m64n64s3ws")
+def build_mxfp4_gemm_swiglu_specialized_m64():
+    return compile_mxfp4_gemm("swiglu", 256, 256,
+                              KernelConfig(64, 3, tile_m=64, specialized=True), out_f32=True)
+
+
+@register_kernel("grouped_gemm_mxfp8_plain_k128_n192_m64n64s3ws")
+def build_mxfp8_gemm_plain_specialized_m64():
+    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3, tile_m=64, specialized=True),
+                           weights="mxfp8")
+
+
+@register_kernel("grouped_gemm_nvfp4_swiglu_f32_k256_n256_m64n64s2ws")
+def build_nvfp4_gemm_swiglu_specialized_m64():
+    return compile_mx_gemm("swiglu", 256, 256, KernelConfig(64, 2, tile_m=64, specialized=True),
                            out_f32=True, weights="nvfp4")

@@ -250,16 +250,49 @@ def test_a_small_route_capacity_gets_the_narrow_tile_where_it_divides_n(n):
     assert default_config(n, None) == default_config(n)
 
 
-def test_gemm_config_follows_the_weight_kind_and_only_bf16_reads_routes():
+def test_gemm_config_follows_the_weight_kind_and_the_route_capacity():
     from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
     assert api.gemm_config("bf16", 4096, 64) == default_config(4096, 64)
     for kind in ("mxfp4", "mxfp8", "nvfp4"):
-        assert api.gemm_config(kind, 4096, 64) == mx_default_config(4096, kind)
-        assert api.gemm_config(kind, 4096, 10**6) == mx_default_config(4096, kind)
+        assert api.gemm_config(kind, 4096, 64) == mx_default_config(4096, kind, 64)
+        assert api.gemm_config(kind, 4096, 10**6) == mx_default_config(4096, kind, 10**6)
     with pytest.raises(ConfigError) as info:
         api.gemm_config("fp4", 4096)
     assert info.value.argument == "weights"
+
+
+@pytest.mark.parametrize("kind", ["mxfp4", "mxfp8"])
+@pytest.mark.parametrize("n", [4096, 7168, 5760, 2880])
+def test_an_mx_variant_is_64_rows_high_for_a_small_route_capacity_only(kind, n):
+    """MX_NARROW_ROUTES: 64-row tiles up to the format's bound, 128-row tiles past it and
+    when no capacity is given; both among the format's compiled (GPU-tested) variants."""
+    from megamoe.experts.mxfp4_gemm_kernel import (
+        CONFIGS_BY_FORMAT,
+        MX_NARROW_ROUTES,
+        mx_default_config,
+    )
+
+    bound = MX_NARROW_ROUTES[kind]
+    assert bound == 8192  # 32 rows per expert at DeepSeek's E = 256, K = 8 (docs/perf.md)
+    small = mx_default_config(n, kind, bound)
+    large = mx_default_config(n, kind, bound + 1)
+    assert (small.tile_m, large.tile_m) == (64, TILE_M)
+    assert mx_default_config(n, kind, None) == large == mx_default_config(n, kind)
+    assert mx_default_config(n, kind, 1) == small
+    assert small in CONFIGS_BY_FORMAT[kind] and large in CONFIGS_BY_FORMAT[kind]
+    assert n % small.tile_n == 0 and n % large.tile_n == 0
+
+
+@pytest.mark.parametrize("n", [4096, 7168, 5760, 2880])
+@pytest.mark.parametrize("routes", [None, 1, 64, 8192, 10**6])
+def test_nvfp4_keeps_128_row_tiles_at_every_route_capacity(n, routes):
+    """NVFP4's 64-row variant won nowhere in the layer (docs/perf.md, "One A load per
+    stage"): its bound is 0, so every capacity gets the 128-row ``n64s3``."""
+    from megamoe.experts.mxfp4_gemm_kernel import NVFP4_CONFIGS, mx_default_config
+
+    cfg = mx_default_config(n, "nvfp4", routes)
+    assert cfg.tile_m == TILE_M and cfg.name == "n64s3" and cfg in NVFP4_CONFIGS
 
 
 def test_good_metadata_passes_the_checks():
