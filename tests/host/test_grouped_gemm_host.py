@@ -72,6 +72,16 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def part_height_counts() -> list[int]:
+    """Expert row counts whose tiles take every A load height of the GEMM kernels
+    (``grouped_gemm_kernel.A_PART_ROWS``: 8, 16, 32 and 64 rows, or the whole tile): for each
+    height ``h``, ``h / 2 + 1`` rows (more than the height below it), then 100 (a whole
+    128-row tile; 64 + 36 in 64-row tiles) and 128 + 17 (a full tile, then 17 rows)."""
+    from megamoe.experts.grouped_gemm_kernel import A_PART_ROWS, TILE_M
+
+    return [h // 2 + 1 for h in A_PART_ROWS] + [100, TILE_M + A_PART_ROWS[2] // 2 + 1]
+
+
 def live_mask(seg: list[int], counts: list[int], m_cap: int) -> torch.Tensor:
     mask = torch.zeros(m_cap, dtype=torch.bool)
     for e, c in enumerate(counts):

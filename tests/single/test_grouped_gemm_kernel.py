@@ -32,6 +32,7 @@ from tests.host.test_grouped_gemm_host import (
     check_against_oracle,
     live_mask,
     make_case,
+    part_height_counts,
     poison_,
 )
 
@@ -81,6 +82,18 @@ def test_plain_rows_match_the_oracle(cuda_device, scale, cfg):
     worst = check_against_oracle(case, "plain", None)
     _same_on_a_small_grid(case, "plain", None, cfg)
     print(f"plain {cfg.name} scale={scale}: worst row rel L2 {worst:.3g}")
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)
+def test_every_a_load_height_gives_the_live_rows(cuda_device, cfg):
+    """One A load per stage (``A_PART_ROWS``): experts sized so tiles take each partial
+    height and the whole tile; every live row against the oracle, no dead row written."""
+    k, n = SHAPES["plain"]
+    case = make_case("plain", part_height_counts(), k, n, seed=13, scale=True,
+                     device=cuda_device)
+    poison_(case["out"])
+    _run(case, "plain", None, cfg=cfg)
+    check_against_oracle(case, "plain", None)
 
 
 GPT_OSS = [("swiglu", 2880, 5760, 7.0), ("plain", 2880, 2880, None)]

@@ -20,10 +20,16 @@ from megamoe.errors import ConfigError
 from megamoe.experts import api
 from megamoe.experts.api import grouped_gemm, grouped_gemm_torch, padded_segment_starts
 from megamoe.experts.mxfp4 import Mxfp4Matrix
-from megamoe.experts.mxfp4_gemm_kernel import MXFP4_CONFIGS
+from megamoe.experts.mxfp4_gemm_kernel import CONFIGS_BY_FORMAT, MXFP4_CONFIGS
 from oracle.formats import dequantize_mxfp4
 from tests.bitwise import same_bits
-from tests.host.test_grouped_gemm_host import POISON, live_mask, poison_, row_rel_errors
+from tests.host.test_grouped_gemm_host import (
+    POISON,
+    live_mask,
+    part_height_counts,
+    poison_,
+    row_rel_errors,
+)
 from tests.mxfp4_case import make_mxfp4_case
 
 BF16_TOL = 0.01  # CONTRACTS.md s8 (the GEMM alone: bf16 operands, float32 accumulation)
@@ -79,6 +85,23 @@ def test_plain_rows_match_the_torch_path(cuda_device, cfg, out_dtype, pre) -> No
     k, n = SHAPES["plain"]
     case = make_mxfp4_case("plain", [128, 0, 3, 200], k, n, seed=32, pre=pre,
                            out_dtype=out_dtype, device=cuda_device)
+    poison_(case["out"])
+    _run(case, "plain", None, cfg)
+    _check(case, "plain", None)
+
+
+ALL_MX = [(kind, cfg) for kind, cfgs in CONFIGS_BY_FORMAT.items() for cfg in cfgs
+          if SHAPES["plain"][1] % cfg.tile_n == 0]
+
+
+@pytest.mark.parametrize(("kind", "cfg"), ALL_MX, ids=[f"{k}-{c.name}" for k, c in ALL_MX])
+def test_every_a_load_height_gives_the_live_rows(cuda_device, kind, cfg) -> None:
+    """One A load per stage (``A_PART_ROWS``; the specialized bodies load partial tiles):
+    experts sized so tiles of 128 and of 64 rows take each partial height and the whole
+    tile; every live row of every MX format and variant against the PyTorch path."""
+    k, n = SHAPES["plain"]
+    case = make_mxfp4_case("plain", part_height_counts(), k, n, seed=37, pre=False,
+                           device=cuda_device, weights=kind)
     poison_(case["out"])
     _run(case, "plain", None, cfg)
     _check(case, "plain", None)
