@@ -305,6 +305,22 @@ def test_nvfp4_keeps_128_row_tiles_at_every_route_capacity(n, routes):
     assert cfg.tile_m == TILE_M and cfg.name == "n64s3" and cfg in NVFP4_CONFIGS
 
 
+@pytest.mark.parametrize("tile_m", [TILE_M, 64])
+def test_the_load_height_counts_reach_every_height_of_both_tile_heights(tile_m):
+    """``part_height_counts`` (the GPU tests' experts) put, in tiles of ``tile_m`` rows, a
+    tile at every A load height: each partial height of ``a_part_heights`` and the whole
+    tile. Otherwise a height's branch of ``load_stage`` would go untested."""
+    from megamoe.experts.grouped_gemm_kernel import a_part_heights
+
+    heights = (*a_part_heights(tile_m), tile_m)
+    taken = set()
+    for count in part_height_counts():
+        for start in range(0, count, tile_m):
+            live = min(count - start, tile_m)
+            taken.add(min(h for h in heights if h >= live))
+    assert taken == set(heights)
+
+
 def test_good_metadata_passes_the_checks():
     kwargs = _good()
     assert grouped_gemm(**kwargs) == api.PATH_TORCH  # CPU tensors: the PyTorch path
