@@ -1,7 +1,9 @@
 """qualify.py's logic: preflight, strict suite runs, the record, the ledger check.
 
 Exit codes: 0 every suite passed; 1 a suite failed; 2 preflight refused
-(or bad arguments); 124 a suite timed out (its process group was killed).
+(or bad arguments); 124 a suite timed out (its process group was killed);
+128 + N when signal N (SIGTERM, SIGHUP, SIGINT) ended the run: every running suite's
+process group is killed first and no record is written (``runner.terminate_groups_on_signals``).
 ``--check-ledger``: 0 when the committed records vouch for the current
 kernel sources, 1 otherwise.
 """
@@ -28,7 +30,7 @@ from tests.harness.preflight import (
     check_sanitizer,
     check_torchrun,
 )
-from tests.harness.runner import TIMEOUT_EXIT
+from tests.harness.runner import TIMEOUT_EXIT, terminate_groups_on_signals
 from tests.harness.strict import STATUS_PASS, STATUS_PREFLIGHT, STATUS_TIMEOUT
 from tests.harness.suite_run import RunContext, SuiteRun, run_multi, run_pytest_suite, run_sanitize
 from tests.suites import SANITIZE_COVERAGE, SANITIZER_TOOLS, SUITES, SanitizerCoverage, Suite
@@ -153,7 +155,8 @@ def main(
         return EXIT_PREFLIGHT
     ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size, args.mode,
                      neighbour_watch)
-    runs = execute(plan, lambda name, tool: run_one(name, tool, ctx, suites, coverage))
+    with terminate_groups_on_signals():
+        runs = execute(plan, lambda name, tool: run_one(name, tool, ctx, suites, coverage))
     status = overall_status(runs)
     path = write_record(out, {**record, "status": status, "finished_at": utc_now(),
                               "suites": [r.as_dict() for r in runs]})

@@ -6,6 +6,13 @@ one process group). On expiry of ``timeout_s`` the whole group gets SIGTERM,
 then SIGKILL after ``grace_s``; the result says ``timed_out`` and its return
 code is ``TIMEOUT_EXIT`` (124, as coreutils ``timeout``). After a normal exit
 any stragglers left in the group are killed too, so nothing outlives a suite.
+
+Because every group leads a new session, a signal that ends the runner itself (``timeout``
+or a CI job limit sending SIGTERM, a closed terminal's SIGHUP, Ctrl-C's SIGINT, which does not
+reach other sessions) would leave the suites running on the GPU: a sanitizer run outliving
+its qualification holds the GPU while the next command's timing tests run. Inside
+``terminate_groups_on_signals`` such a signal SIGKILLs every live group first, then ends
+the process with ``128 + signal`` and no record (the run did not finish).
 """
 
 from __future__ import annotations
@@ -15,13 +22,20 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 TIMEOUT_EXIT = 124
 DEFAULT_GRACE_S = 5.0
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+"""Signals that end a qualification; see ``terminate_groups_on_signals``."""
+
+_live_groups: set[int] = set()
+_live_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,8 @@ def run_process(
             start_new_session=True,
         )
         pgid = proc.pid
+        with _live_lock:
+            _live_groups.add(pgid)
         try:
             returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -87,6 +103,41 @@ def run_process(
         finally:
             # Stragglers (e.g. orphaned distributed workers) never outlive the suite.
             _signal_group(pgid, signal.SIGKILL)
+            with _live_lock:
+                _live_groups.discard(pgid)
     return ProcessResult(
         tuple(command), returncode, timed_out, round(time.monotonic() - t0, 3), log_path
     )
+
+
+def live_groups() -> frozenset[int]:
+    """Process groups of the ``run_process`` calls now running (any thread)."""
+    with _live_lock:
+        return frozenset(_live_groups)
+
+
+def _kill_live_groups_and_exit(signum: int, _frame: object) -> None:
+    groups = sorted(live_groups())
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGKILL)
+    name = signal.Signals(signum).name
+    print(f"[qualify] {name}: killed process group(s) {groups or 'none'}; no record written",
+          file=sys.stderr, flush=True)
+    # os._exit, not sys.exit: suite threads blocked in wait() must not hold the exit up.
+    os._exit(128 + signum)
+
+
+@contextlib.contextmanager
+def terminate_groups_on_signals() -> Iterator[None]:
+    """While inside: SIGTERM, SIGHUP or SIGINT SIGKILLs every live process group, then exits
+    with ``128 + signal``. Outside the main thread (where Python cannot set handlers) it
+    does nothing. The previous handlers come back on leaving."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _kill_live_groups_and_exit) for s in TERMINATING_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
