@@ -35,7 +35,8 @@ TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 """Signals that end a qualification; see ``terminate_groups_on_signals``."""
 
 _live_groups: set[int] = set()
-_live_lock = threading.Lock()
+_live_lock = threading.RLock()
+"""Reentrant: the signal handler runs in the main thread, possibly while that thread holds it."""
 
 
 @dataclass(frozen=True)
