@@ -27,6 +27,7 @@ class QualifyArgs:
     sanitizer_tool: str | None
     require_arch: str | None
     check_ledger: bool
+    workers: int = 1
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -39,6 +40,7 @@ class QualifyArgs:
             "sanitizer_tool": self.sanitizer_tool,
             "require_arch": self.require_arch,
             "check_ledger": self.check_ledger,
+            "workers": self.workers,
         }
 
 
@@ -61,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tool for --suite sanitize (all four when --suite gpu or all and "
                     "unset)")
     ap.add_argument("--require-arch", help="refuse to run unless every GPU is this arch (sm_90)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="exclusive GPU suites (single, multi emulated): run the tests not marked "
+                    "'timing' in this many pytest-xdist workers, then the 'timing' tests alone "
+                    "(recorded; default 1: one process)")
     ap.add_argument("--check-ledger", action="store_true",
                     help="CI gate: kernel sources must have a passing committed GPU record")
     return ap
@@ -78,5 +84,7 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
             ap.error(f"--suite sanitize needs --sanitizer-tool ({'|'.join(SANITIZER_TOOLS)})")
     if ns.timeout is not None and ns.timeout <= 0:
         ap.error(f"--timeout must be > 0 seconds, got {ns.timeout}")
+    if ns.workers < 1:
+        ap.error(f"--workers must be >= 1, got {ns.workers}")
     return QualifyArgs(ns.suite, ns.output_dir, ns.world_size, ns.mode, ns.filter, ns.timeout,
-                       ns.sanitizer_tool, ns.require_arch, ns.check_ledger)
+                       ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers)

@@ -4,10 +4,18 @@ Every process runs through ``runner.run_process`` (own process group,
 ``--timeout`` enforced on the whole group). Artifacts land in the output
 directory: ``<suite>.log``, ``<suite>.junit.xml`` (multi real:
 ``multi.rank<R>.junit.xml`` per rank), ``sanitize-<tool>/`` per tool.
+
+``--workers N`` (N > 1) splits an exclusive-GPU pytest suite in two phases
+(``run_split``): the tests not marked ``timing`` in N pytest-xdist workers,
+then the ``timing`` tests alone in one process (``<suite>.parallel.*``,
+``<suite>.timing.*``); the suite passes only when both phases do, its counts
+are their sum, and one neighbour watch covers both (the workers are the
+suite's own descendants, not neighbours).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -33,6 +41,8 @@ class RunContext:
     mode: str = "real"
     neighbour_watch: Callable[[], NeighbourWatch] = NeighbourWatch
     """Makes the watch an ``exclusive_gpu`` suite runs under (injectable for tests)."""
+    workers: int = 1
+    """``--workers``: pytest-xdist workers for an exclusive suite's non-timing tests."""
 
 
 @dataclass(frozen=True)
@@ -99,9 +109,17 @@ def _exclusive(watch: NeighbourWatch | None, status: str, message: str,
     return status, message, {**details, "gpu_neighbours": report.as_dict()}
 
 
+TIMING_MARK = "timing"
+"""The pytest marker of tests that read GPU timings (pyproject.toml)."""
+PYTEST_NO_TESTS_COLLECTED = 5
+
+
 def run_pytest_suite(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
                      label: str | None = None) -> SuiteRun:
-    """A plain pytest suite: one process, one JUnit report, strict verdict."""
+    """A plain pytest suite: one process, one JUnit report, strict verdict (``run_split``
+    for an exclusive suite under ``--workers``)."""
+    if ctx.workers > 1 and suite.exclusive_gpu and suite.module is None:
+        return run_split(suite, ctx, env, label)
     label = label or suite.name
     junit = ctx.out_dir / f"{label}.junit.xml"
     log = ctx.out_dir / f"{label}.log"
@@ -116,6 +134,54 @@ def run_pytest_suite(suite: Suite, ctx: RunContext, env: dict[str, str] | None =
     return SuiteRun(suite.name, status, message, res.duration_s, res.returncode,
                     res.timed_out, (tuple(cmd),), counts.as_dict() if counts else None,
                     (_rel(ctx, junit),) if junit.exists() else (), (_rel(ctx, log),), details)
+
+
+def _phase(suite: Suite, mark: str, extra: tuple[str, ...]) -> Suite:
+    markexpr = f"({suite.markexpr}) and {mark}" if suite.markexpr else mark
+    return dataclasses.replace(suite, markexpr=markexpr, extra_args=(*suite.extra_args, *extra),
+                               exclusive_gpu=False)
+
+
+def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
+              label: str | None = None) -> SuiteRun:
+    """An exclusive suite under ``--workers`` (module docstring): the non-timing tests in
+    ``ctx.workers`` xdist workers, then the timing tests alone, in the time left of
+    ``--timeout``. A phase that selects no test (pytest exit 5, e.g. under ``--filter``) is
+    recorded and left out of the verdict; the suite still needs tests that passed."""
+    label = label or suite.name
+    watch = _watch(suite, ctx)
+    t0 = time.monotonic()
+    runs: list[SuiteRun] = []
+    for name, mark, extra in (("parallel", f"not {TIMING_MARK}", ("-n", str(ctx.workers))),
+                              ("timing", TIMING_MARK, ())):
+        left = None if ctx.timeout is None else max(1.0, ctx.timeout - (time.monotonic() - t0))
+        sub = dataclasses.replace(ctx, timeout=left, workers=1)
+        runs.append(run_pytest_suite(_phase(suite, mark, extra), sub, env, f"{label}.{name}"))
+        if runs[-1].timed_out:
+            break
+    judged = [r for r in runs if not (r.returncode == PYTEST_NO_TESTS_COLLECTED
+                                      and (r.counts or {}).get("tests", 0) == 0)]
+    if any(r.timed_out for r in runs):
+        status = STATUS_TIMEOUT
+    elif judged and all(r.status == STATUS_PASS for r in judged):
+        status = STATUS_PASS
+    else:
+        status = STATUS_FAIL
+    junits = [ctx.out_dir / j for r in runs for j in r.junit]
+    counts = parse_many(junits) if junits else None
+    head = f"suite {label} ({ctx.workers} workers, then timing tests alone): {status}"
+    message = "; ".join([head, *(r.message for r in runs)])
+    if not judged and status == STATUS_FAIL:
+        message += "; strict: no phase selected any test"
+    details = {**(env or {}), "workers": ctx.workers,
+               "phases": [{"phase": f"{label}.{n}", "status": r.status, "message": r.message,
+                           "counts": r.counts} for n, r in zip(("parallel", "timing"), runs, strict=False)]}
+    status, message, details = _exclusive(watch, status, message, details)
+    returncode = next((r.returncode for r in judged if r.returncode != 0), 0)
+    return SuiteRun(suite.name, status, message, round(time.monotonic() - t0, 3), returncode,
+                    any(r.timed_out for r in runs), tuple(c for r in runs for c in r.commands),
+                    counts.as_dict() if counts else None, tuple(j for r in runs for j in r.junit),
+                    tuple(g for r in runs for g in r.logs), details)
 
 
 def multi_env(ctx: RunContext) -> dict[str, str]:

@@ -10,6 +10,7 @@ import dataclasses
 import statistics
 from pathlib import Path
 
+import pytest
 import torch
 
 from megamoe.bench import (
@@ -27,6 +28,8 @@ from megamoe.bench import (
 )
 from megamoe.bench.benchmarks.device_copy import build_copy
 from megamoe.bench.output import write_outputs
+
+pytestmark = pytest.mark.timing  # A/A and A/B verdicts: the GPU alone (qualify.py --workers)
 
 MiB = 2**20
 PROTO = Protocol(rounds=3, pairs=10, warmup=3, calls_per_sample=5)

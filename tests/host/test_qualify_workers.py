@@ -1,0 +1,119 @@
+"""``qualify.py --workers N`` (``tests.harness.suite_run.run_split``): an exclusive-GPU suite
+runs its tests not marked ``timing`` in N pytest-xdist workers, then its ``timing`` tests alone,
+and passes only when both phases pass; the record holds both commands, both JUnit reports and
+their summed counts. On the CPU, with a throwaway suite whose tests write down the xdist worker
+they ran in."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.gpu_neighbours import NeighbourReport
+from tests.harness.qualify_main import main
+from tests.host.test_gpu_neighbours import StubWatch
+from tests.suites import Suite
+
+CONFTEST = '''\
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timing: reads GPU timings")
+'''
+FAST = '''\
+import os, pathlib
+def _note(name):
+    where = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    (pathlib.Path(os.environ["WHERE_DIR"]) / name).write_text(where)
+def test_a(): _note("a")
+def test_b(): _note("b")
+def test_c(): _note("c")
+'''
+TIMED = '''\
+import os, pathlib, pytest
+pytestmark = pytest.mark.timing
+def test_timed():
+    where = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    (pathlib.Path(os.environ["WHERE_DIR"]) / "timed").write_text(where)
+    assert os.environ.get("FAIL_TIMED") != "1"
+'''
+
+
+@pytest.fixture()
+def tree(tmp_path: Path, monkeypatch) -> Path:
+    root = tmp_path / "tree"
+    (root / "t").mkdir(parents=True)
+    (root / "t" / "conftest.py").write_text(CONFTEST)
+    (root / "t" / "test_fast.py").write_text(FAST)
+    (root / "t" / "test_timed.py").write_text(TIMED)
+    where = tmp_path / "where"
+    where.mkdir()
+    monkeypatch.setenv("WHERE_DIR", str(where))
+    return root
+
+
+def _qualify(tree: Path, *extra: str) -> tuple[int, dict]:
+    suites = {"host": Suite("host", "throwaway", paths=("t",), exclusive_gpu=True,
+                            extra_args=("-p", "no:cacheprovider"))}
+    out = tree.parent / "out"
+    rc = main(["--suite", "host", "--output-dir", str(out), *extra], root=tree, suites=suites,
+              python=sys.executable, environment={"gpus": []},
+              neighbour_watch=lambda: StubWatch(NeighbourReport(True, 3)))
+    return rc, json.loads((out / "qualification.json").read_text())
+
+
+def _where(tree: Path) -> dict[str, str]:
+    d = tree.parent / "where"
+    return {p.name: p.read_text() for p in d.iterdir()}
+
+
+def test_workers_run_the_other_tests_in_xdist_and_the_timing_tests_alone_after(tree) -> None:
+    rc, rec = _qualify(tree, "--workers", "2")
+    suite = rec["suites"][0]
+    assert rc == 0 and suite["status"] == "pass", suite["message"]
+    assert rec["arguments"]["workers"] == 2
+    assert suite["counts"]["tests"] == 4 and suite["counts"]["passed"] == 4
+    where = _where(tree)
+    assert where["timed"] == "main"  # the timing test ran in a process of its own, no workers
+    assert {where[t] for t in "abc"} <= {"gw0", "gw1"}  # the others ran in xdist workers
+    parallel, timing = suite["commands"]
+    assert parallel[parallel.index("-n") + 1] == "2" and "not timing" in " ".join(parallel)
+    assert "-n" not in timing and "timing" in timing
+    assert len(suite["junit"]) == 2 and [p["phase"] for p in suite["phases"]] == [
+        "host.parallel", "host.timing"]
+    assert suite["gpu_neighbours"]["available"] is True  # one watch over both phases
+
+
+def test_a_failing_timing_phase_fails_the_suite(tree, monkeypatch) -> None:
+    monkeypatch.setenv("FAIL_TIMED", "1")
+    rc, rec = _qualify(tree, "--workers", "2")
+    suite = rec["suites"][0]
+    assert rc == 1 and suite["status"] == "fail"
+    assert suite["counts"]["passed"] == 3 and suite["counts"]["failed"] == 1
+    assert "test_timed" in suite["message"]
+
+
+def test_a_filter_that_selects_no_timing_test_leaves_that_phase_out(tree) -> None:
+    rc, rec = _qualify(tree, "--workers", "2", "--filter", "test_a or test_b")
+    suite = rec["suites"][0]
+    assert rc == 0 and suite["status"] == "pass", suite["message"]
+    assert suite["counts"]["passed"] == 2
+
+
+def test_a_filter_that_selects_nothing_fails_strictly(tree) -> None:
+    rc, rec = _qualify(tree, "--workers", "2", "--filter", "no_such_test")
+    assert rc == 1 and rec["suites"][0]["status"] == "fail"
+
+
+def test_without_workers_the_suite_is_one_process_as_before(tree) -> None:
+    rc, rec = _qualify(tree)
+    suite = rec["suites"][0]
+    assert rc == 0 and len(suite["commands"]) == 1 and "-n" not in suite["commands"][0]
+    assert set(_where(tree).values()) == {"main"}
+    assert suite["counts"]["passed"] == 4
+
+
+def test_workers_below_one_are_refused() -> None:
+    with pytest.raises(SystemExit):
+        main(["--suite", "host", "--output-dir", "/tmp/x", "--workers", "0"])
