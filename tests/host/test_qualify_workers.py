@@ -50,6 +50,8 @@ def tree(tmp_path: Path, monkeypatch) -> Path:
     where = tmp_path / "where"
     where.mkdir()
     monkeypatch.setenv("WHERE_DIR", str(where))
+    # this test may itself run in an xdist worker: its children must not inherit the mark
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     return root
 
 
