@@ -27,7 +27,7 @@ from tests.harness.gpu_neighbours import NeighbourReport, NeighbourWatch, judge_
 from tests.harness.junit import JUnitCounts, parse_junit, parse_many
 from tests.harness.runner import run_process
 from tests.harness.strict import STATUS_FAIL, STATUS_PASS, STATUS_TIMEOUT, strict_verdict
-from tests.suites import SanitizerCoverage, Suite
+from tests.suites import PYTEST_NO_TESTS_COLLECTED, SanitizerCoverage, Suite
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,6 @@ def _exclusive(watch: NeighbourWatch | None, status: str, message: str,
 
 TIMING_MARK = "timing"
 """The pytest marker of tests that read GPU timings (pyproject.toml)."""
-PYTEST_NO_TESTS_COLLECTED = 5
 
 
 def run_pytest_suite(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
