@@ -158,8 +158,9 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
         runs.append(run_pytest_suite(_phase(suite, mark, extra), sub, env, f"{label}.{name}"))
         if runs[-1].timed_out:
             break
-    judged = [r for r in runs if not (r.returncode == PYTEST_NO_TESTS_COLLECTED
-                                      and (r.counts or {}).get("tests", 0) == 0)]
+    empty = [r.returncode == PYTEST_NO_TESTS_COLLECTED and (r.counts or {}).get("tests", 0) == 0
+             for r in runs]
+    judged = [r for r, e in zip(runs, empty, strict=True) if not e]
     if any(r.timed_out for r in runs):
         status = STATUS_TIMEOUT
     elif judged and all(r.status == STATUS_PASS for r in judged):
@@ -168,13 +169,17 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
         status = STATUS_FAIL
     junits = [ctx.out_dir / j for r in runs for j in r.junit]
     counts = parse_many(junits) if junits else None
+    names = ("parallel", "timing")
+    notes = [f"suite {label}.{n}: no test selected (left out of the verdict)" if e else r.message
+             for n, r, e in zip(names, runs, empty, strict=False)]
     head = f"suite {label} ({ctx.workers} workers, then timing tests alone): {status}"
-    message = "; ".join([head, *(r.message for r in runs)])
+    message = "; ".join([head, *notes])
     if not judged and status == STATUS_FAIL:
         message += "; strict: no phase selected any test"
     details = {**(env or {}), "workers": ctx.workers,
-               "phases": [{"phase": f"{label}.{n}", "status": r.status, "message": r.message,
-                           "counts": r.counts} for n, r in zip(("parallel", "timing"), runs, strict=False)]}
+               "phases": [{"phase": f"{label}.{n}", "status": "empty" if e else r.status,
+                           "message": note, "counts": r.counts}
+                          for n, r, e, note in zip(names, runs, empty, notes, strict=False)]}
     status, message, details = _exclusive(watch, status, message, details)
     returncode = next((r.returncode for r in judged if r.returncode != 0), 0)
     return SuiteRun(suite.name, status, message, round(time.monotonic() - t0, 3), returncode,

@@ -101,6 +101,8 @@ def test_a_filter_that_selects_no_timing_test_leaves_that_phase_out(tree) -> Non
     suite = rec["suites"][0]
     assert rc == 0 and suite["status"] == "pass", suite["message"]
     assert suite["counts"]["passed"] == 2
+    assert [p["status"] for p in suite["phases"]] == ["pass", "empty"]
+    assert "FAIL" not in suite["message"]  # the empty phase is not reported as a failure
 
 
 def test_a_filter_that_selects_nothing_fails_strictly(tree) -> None:
