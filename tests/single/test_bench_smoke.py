@@ -2,6 +2,14 @@
 
 Runs the registered ``copy`` benchmark's candidate with a short protocol
 through the real CUDA backend (CUDA graphs, events, 512 MiB L2 flush).
+
+The A/A controls here time one pair of buffers twice (two builds, two graph
+captures, one ``src``/``dst``): they check the harness (order, capture,
+events, the judge), not the hardware. Two *separately allocated* 64 MiB
+copies differ by about 1 % on an H200 depending on where their buffers lie
+(measured in session 18, docs/perf.md "Session 18"; the sign changed between
+runs), which is more than the 0.5 % resolution, so an A/A of separate buffers
+tests the allocator's luck, and failed two qualification runs in a row.
 """
 
 from __future__ import annotations
@@ -39,9 +47,23 @@ def _copy_case() -> Case:
     return Case("64MiB", {"bytes": 64 * MiB}, seed=11)
 
 
+def _copy_on_one_pair_of_buffers() -> Arm:
+    """The ``copy`` candidate whose later builds reuse the first build's buffers (see module doc)."""
+    built: dict[tuple[str, int], Workload] = {}
+
+    def build(case: Case, ctx: BuildContext) -> Workload:
+        key = (case.name, ctx.rank)
+        if key not in built:
+            built[key] = build_copy(case, ctx)
+        return built[key]
+
+    return Arm("copy", build)
+
+
 def test_copy_against_itself_comes_out_as_noise(cuda_device: torch.device, tmp_path: Path) -> None:
     bench = dataclasses.replace(
-        get_benchmark("copy"), cases=(_copy_case(),), baselines=(), ceilings=("copy_bw",)
+        get_benchmark("copy"), cases=(_copy_case(),), baselines=(), ceilings=("copy_bw",),
+        candidate=_copy_on_one_pair_of_buffers(),
     )
     record = run_benchmark(bench, CudaBackend(cuda_device), SingleRank(), PROTO, quick=True)
     validate_record(record)
@@ -68,6 +90,7 @@ def test_a_real_difference_is_not_noise(cuda_device: torch.device) -> None:
     # Baseline copies four times the bytes: the candidate must come out faster.
     bench = dataclasses.replace(
         get_benchmark("copy"), cases=(_copy_case(),), ceilings=(),
+        candidate=_copy_on_one_pair_of_buffers(),
         baselines=(Arm("copy-4x-bytes", _copy_times(4)),),
     )
     record = run_benchmark(bench, CudaBackend(cuda_device), SingleRank(), PROTO.with_(caches=("warm",)))
