@@ -5,11 +5,12 @@ through the real CUDA backend (CUDA graphs, events, 512 MiB L2 flush).
 
 The A/A controls here time one pair of buffers twice (two builds, two graph
 captures, one ``src``/``dst``): they check the harness (order, capture,
-events, the judge), not the hardware. Two *separately allocated* 64 MiB
-copies differ by about 1 % on an H200 depending on where their buffers lie
-(measured in session 18, docs/perf.md "Session 18"; the sign changed between
-runs), which is more than the 0.5 % resolution, so an A/A of separate buffers
-tests the allocator's luck, and failed two qualification runs in a row.
+events, the judge), not the hardware. Separately allocated 64 MiB copies
+differ by where their buffers lie: in session 18 on an H200, eight buffer
+pairs' medians spread up to 1.3 %, and the A/A of separate builds came out
+``slower`` in 5 of 6 runs, beyond the 0.5 % resolution (docs/perf.md
+"Session 18"); one pair of buffers gave noise in 5 of 6 (one cold run read
++1.0 %: a residual not yet explained, recorded there).
 """
 
 from __future__ import annotations
