@@ -151,8 +151,10 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
     watch = _watch(suite, ctx)
     t0 = time.monotonic()
     runs: list[SuiteRun] = []
-    for name, mark, extra in (("parallel", f"not {TIMING_MARK}", ("-n", str(ctx.workers))),
-                              ("timing", TIMING_MARK, ())):
+    phases = (("parallel", f"not {TIMING_MARK}", ("-n", str(ctx.workers))),
+              ("timing", TIMING_MARK, ()))
+    names = tuple(name for name, _, _ in phases)
+    for name, mark, extra in phases:
         left = None if ctx.timeout is None else max(1.0, ctx.timeout - (time.monotonic() - t0))
         sub = dataclasses.replace(ctx, timeout=left, workers=1)
         runs.append(run_pytest_suite(_phase(suite, mark, extra), sub, env, f"{label}.{name}"))
@@ -169,7 +171,6 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
         status = STATUS_FAIL
     junits = [ctx.out_dir / j for r in runs for j in r.junit]
     counts = parse_many(junits) if junits else None
-    names = ("parallel", "timing")
     notes = [f"suite {label}.{n}: no test selected (left out of the verdict)" if e else r.message
              for n, r, e in zip(names, runs, empty, strict=False)]
     head = f"suite {label} ({ctx.workers} workers, then timing tests alone): {status}"

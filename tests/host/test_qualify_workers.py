@@ -28,7 +28,9 @@ def _note(name):
     (pathlib.Path(os.environ["WHERE_DIR"]) / name).write_text(where)
 def test_a(): _note("a")
 def test_b(): _note("b")
-def test_c(): _note("c")
+def test_c():
+    _note("c")
+    assert os.environ.get("FAIL_FAST") != "1"
 '''
 TIMED = '''\
 import os, pathlib, pytest
@@ -94,6 +96,16 @@ def test_a_failing_timing_phase_fails_the_suite(tree, monkeypatch) -> None:
     assert rc == 1 and suite["status"] == "fail"
     assert suite["counts"]["passed"] == 3 and suite["counts"]["failed"] == 1
     assert "test_timed" in suite["message"]
+
+
+def test_a_failing_parallel_phase_fails_the_suite_even_when_the_timing_phase_passes(tree, monkeypatch) -> None:
+    monkeypatch.setenv("FAIL_FAST", "1")
+    rc, rec = _qualify(tree, "--workers", "2")
+    suite = rec["suites"][0]
+    assert rc == 1 and suite["status"] == "fail"
+    assert [p["status"] for p in suite["phases"]] == ["fail", "pass"]
+    assert suite["counts"]["passed"] == 3 and suite["counts"]["failed"] == 1
+    assert "test_c" in suite["message"]
 
 
 def test_a_filter_that_selects_no_timing_test_leaves_that_phase_out(tree) -> None:
