@@ -6,9 +6,9 @@ directory: ``<suite>.log``, ``<suite>.junit.xml`` (multi real:
 ``multi.rank<R>.junit.xml`` per rank), ``sanitize-<tool>/`` per tool.
 
 ``--workers N`` (N > 1) splits an exclusive-GPU pytest suite in two phases
-(``run_split``): the tests not marked ``timing`` in N pytest-xdist workers,
-then the ``timing`` tests alone in one process (``<suite>.parallel.*``,
-``<suite>.timing.*``); the suite passes only when both phases do, its counts
+(``run_split``): the tests marked neither ``timing`` nor ``alone`` in N pytest-xdist
+workers, then those marked ``timing`` or ``alone`` in one process (``<suite>.parallel.*``,
+``<suite>.alone.*``); the suite passes only when both phases do, its counts
 are their sum, and one neighbour watch covers both (the workers are the
 suite's own descendants, not neighbours).
 """
@@ -111,6 +111,11 @@ def _exclusive(watch: NeighbourWatch | None, status: str, message: str,
 
 TIMING_MARK = "timing"
 """The pytest marker of tests that read GPU timings (pyproject.toml)."""
+ALONE_MARK = "alone"
+"""The pytest marker of tests that run a heavy child process under a deadline (the
+compute-sanitizer self-tests): beside N busy xdist workers they ran past it (pyproject.toml)."""
+ONE_PROCESS = f"({TIMING_MARK} or {ALONE_MARK})"
+"""The tests ``run_split`` runs after the xdist phase, in one process."""
 
 
 def run_pytest_suite(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
@@ -144,15 +149,15 @@ def _phase(suite: Suite, mark: str, extra: tuple[str, ...]) -> Suite:
 def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
               label: str | None = None) -> SuiteRun:
     """An exclusive suite under ``--workers`` (module docstring): the non-timing tests in
-    ``ctx.workers`` xdist workers, then the timing tests alone, in the time left of
+    ``ctx.workers`` xdist workers, then the timing and ``alone`` tests in one process, in the time left of
     ``--timeout``. A phase that selects no test (pytest exit 5, e.g. under ``--filter``) is
     recorded and left out of the verdict; the suite still needs tests that passed."""
     label = label or suite.name
     watch = _watch(suite, ctx)
     t0 = time.monotonic()
     runs: list[SuiteRun] = []
-    phases = (("parallel", f"not {TIMING_MARK}", ("-n", str(ctx.workers))),
-              ("timing", TIMING_MARK, ()))
+    phases = (("parallel", f"not {ONE_PROCESS}", ("-n", str(ctx.workers))),
+              ("alone", ONE_PROCESS, ()))
     names = tuple(name for name, _, _ in phases)
     for name, mark, extra in phases:
         left = None if ctx.timeout is None else max(1.0, ctx.timeout - (time.monotonic() - t0))
@@ -173,7 +178,8 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
     counts = parse_many(junits) if junits else None
     notes = [f"suite {label}.{n}: no test selected (left out of the verdict)" if e else r.message
              for n, r, e in zip(names, runs, empty, strict=False)]
-    head = f"suite {label} ({ctx.workers} workers, then timing tests alone): {status}"
+    head = (f"suite {label} ({ctx.workers} workers, then the timing and alone tests in one "
+            f"process): {status}")
     message = "; ".join([head, *notes])
     if not judged and status == STATUS_FAIL:
         message += "; strict: no phase selected any test"

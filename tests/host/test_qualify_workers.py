@@ -1,6 +1,6 @@
 """``qualify.py --workers N`` (``tests.harness.suite_run.run_split``): an exclusive-GPU suite
-runs its tests not marked ``timing`` in N pytest-xdist workers, then its ``timing`` tests alone,
-and passes only when both phases pass; the record holds both commands, both JUnit reports and
+runs its tests marked neither ``timing`` nor ``alone`` in N pytest-xdist workers, then those
+in one process, and passes only when both phases pass; the record holds both commands, both JUnit reports and
 their summed counts. On the CPU, with a throwaway suite whose tests write down the xdist worker
 they ran in."""
 
@@ -20,6 +20,7 @@ from tests.suites import Suite
 CONFTEST = '''\
 def pytest_configure(config):
     config.addinivalue_line("markers", "timing: reads GPU timings")
+    config.addinivalue_line("markers", "alone: a heavy child process under a deadline")
 '''
 FAST = '''\
 import os, pathlib
@@ -40,6 +41,13 @@ def test_timed():
     (pathlib.Path(os.environ["WHERE_DIR"]) / "timed").write_text(where)
     assert os.environ.get("FAIL_TIMED") != "1"
 '''
+ALONE = '''\
+import os, pathlib, pytest
+@pytest.mark.alone
+def test_alone():
+    where = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    (pathlib.Path(os.environ["WHERE_DIR"]) / "alone").write_text(where)
+'''
 
 
 @pytest.fixture()
@@ -49,6 +57,7 @@ def tree(tmp_path: Path, monkeypatch) -> Path:
     (root / "t" / "conftest.py").write_text(CONFTEST)
     (root / "t" / "test_fast.py").write_text(FAST)
     (root / "t" / "test_timed.py").write_text(TIMED)
+    (root / "t" / "test_alone.py").write_text(ALONE)
     where = tmp_path / "where"
     where.mkdir()
     monkeypatch.setenv("WHERE_DIR", str(where))
@@ -77,15 +86,17 @@ def test_workers_run_the_other_tests_in_xdist_and_the_timing_tests_alone_after(t
     suite = rec["suites"][0]
     assert rc == 0 and suite["status"] == "pass", suite["message"]
     assert rec["arguments"]["workers"] == 2
-    assert suite["counts"]["tests"] == 4 and suite["counts"]["passed"] == 4
+    assert suite["counts"]["tests"] == 5 and suite["counts"]["passed"] == 5
     where = _where(tree)
-    assert where["timed"] == "main"  # the timing test ran in a process of its own, no workers
+    # the timing and alone tests ran in a process of their own, without workers
+    assert where["timed"] == "main" and where["alone"] == "main"
     assert {where[t] for t in "abc"} <= {"gw0", "gw1"}  # the others ran in xdist workers
-    parallel, timing = suite["commands"]
-    assert parallel[parallel.index("-n") + 1] == "2" and "not timing" in " ".join(parallel)
-    assert "-n" not in timing and "timing" in timing
+    parallel, alone = suite["commands"]
+    assert parallel[parallel.index("-n") + 1] == "2"
+    assert "not (timing or alone)" in " ".join(parallel)
+    assert "-n" not in alone and "(timing or alone)" in " ".join(alone)
     assert len(suite["junit"]) == 2 and [p["phase"] for p in suite["phases"]] == [
-        "host.parallel", "host.timing"]
+        "host.parallel", "host.alone"]
     assert suite["gpu_neighbours"]["available"] is True  # one watch over both phases
 
 
@@ -94,7 +105,7 @@ def test_a_failing_timing_phase_fails_the_suite(tree, monkeypatch) -> None:
     rc, rec = _qualify(tree, "--workers", "2")
     suite = rec["suites"][0]
     assert rc == 1 and suite["status"] == "fail"
-    assert suite["counts"]["passed"] == 3 and suite["counts"]["failed"] == 1
+    assert suite["counts"]["passed"] == 4 and suite["counts"]["failed"] == 1
     assert "test_timed" in suite["message"]
 
 
@@ -104,12 +115,12 @@ def test_a_failing_parallel_phase_fails_the_suite_even_when_the_timing_phase_pas
     suite = rec["suites"][0]
     assert rc == 1 and suite["status"] == "fail"
     assert [p["status"] for p in suite["phases"]] == ["fail", "pass"]
-    assert suite["counts"]["passed"] == 3 and suite["counts"]["failed"] == 1
+    assert suite["counts"]["passed"] == 4 and suite["counts"]["failed"] == 1
     assert "test_c" in suite["message"]
 
 
 def test_a_filter_that_selects_no_timing_test_leaves_that_phase_out(tree) -> None:
-    rc, rec = _qualify(tree, "--workers", "2", "--filter", "test_a or test_b")
+    rc, rec = _qualify(tree, "--workers", "2", "--filter", "test_b or test_c")
     suite = rec["suites"][0]
     assert rc == 0 and suite["status"] == "pass", suite["message"]
     assert suite["counts"]["passed"] == 2
@@ -127,7 +138,7 @@ def test_without_workers_the_suite_is_one_process_as_before(tree) -> None:
     suite = rec["suites"][0]
     assert rc == 0 and len(suite["commands"]) == 1 and "-n" not in suite["commands"][0]
     assert set(_where(tree).values()) == {"main"}
-    assert suite["counts"]["passed"] == 4
+    assert suite["counts"]["passed"] == 5
 
 
 def test_workers_below_one_are_refused() -> None:
