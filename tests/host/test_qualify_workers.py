@@ -1,7 +1,7 @@
 """``qualify.py --workers N`` (``tests.harness.suite_run.run_split``): an exclusive-GPU suite
 runs its tests marked neither ``timing`` nor ``alone`` in N pytest-xdist workers, then those
-in one process, and passes only when both phases pass; the record holds both commands, both JUnit reports and
-their summed counts. On the CPU, with a throwaway suite whose tests write down the xdist worker
+in one process, and passes only when both phases pass; the record holds both commands, both
+JUnit reports and their summed counts. On the CPU, with a throwaway suite whose tests write down the xdist worker
 they ran in."""
 
 from __future__ import annotations
