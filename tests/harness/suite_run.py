@@ -150,8 +150,9 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
               label: str | None = None) -> SuiteRun:
     """An exclusive suite under ``--workers`` (module docstring): the tests marked neither
     ``timing`` nor ``alone`` in ``ctx.workers`` xdist workers, then those in one process, in
-    the time left of ``--timeout``. A phase that selects no test (pytest exit 5, e.g. under ``--filter``) is
-    recorded and left out of the verdict; the suite still needs tests that passed."""
+    the time left of ``--timeout``. A phase that selects no test (pytest exit 5, e.g. under
+    ``--filter``) is recorded and left out of the verdict; the suite still needs tests that
+    passed."""
     label = label or suite.name
     watch = _watch(suite, ctx)
     t0 = time.monotonic()
