@@ -113,9 +113,12 @@ def profile(kind: str, shape: str, tokens: int, config_names: Sequence[str], cal
         for name in config_names:
             cfg = by_name[name]
             api.warmup(mode, n, k, dev, cfg, weights=kind, out_dtype=out_dtype)
+            ws = (api.SplitKWorkspace.create(cfg, n, k, m_cap, active * rows, dev)
+                  if cfg.splits > 1 else None)  # split-K: partials of the live rows
 
-            def run(cfg=cfg, b=b, a=a, dst=dst, mode=mode) -> None:
-                api.grouped_gemm(a, b, seg, counts, dst, mode=mode, config=cfg)
+            def run(cfg=cfg, b=b, a=a, dst=dst, mode=mode, ws=ws) -> None:
+                api.grouped_gemm(a, b, seg, counts, dst, mode=mode, config=cfg,
+                                 split_workspace=ws)
 
             times[name] = _time_graph(run, calls, samples)
         out.append({"case": f"{kind} {shape} {routes} T{tokens} {gemm}", "experts": active,

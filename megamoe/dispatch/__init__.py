@@ -4,21 +4,27 @@
 from megamoe.dispatch.api import (
     PATH_KERNEL,
     PATH_TORCH,
+    PLAN_FOUR_LAUNCHES,
+    PLAN_ONE_LAUNCH,
     CompileDuringCaptureError,
     DispatchLayoutResult,
     LayoutShape,
     LayoutWorkspace,
     dispatch_layout,
+    kernel_plan,
     warmup,
 )
 
 __all__ = [
     "PATH_KERNEL",
     "PATH_TORCH",
+    "PLAN_FOUR_LAUNCHES",
+    "PLAN_ONE_LAUNCH",
     "CompileDuringCaptureError",
     "DispatchLayoutResult",
     "LayoutShape",
     "LayoutWorkspace",
     "dispatch_layout",
+    "kernel_plan",
     "warmup",
 ]

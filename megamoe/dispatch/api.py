@@ -45,6 +45,19 @@ def tiles_per_rank(capacity: int, top_k: int) -> int:
     return max(1, (capacity * top_k + TILE - 1) // TILE)
 
 
+PLAN_ONE_LAUNCH = "one-launch"
+PLAN_FOUR_LAUNCHES = "four-launches"
+
+
+def kernel_plan(shape: LayoutShape) -> str:
+    """Which kernel path a layout of ``shape`` takes: one launch (one CTA) for one rank
+    with ``C*K <= TILE`` (decode-size batches), else the four launches
+    (``megamoe.dispatch.layout_kernel``). Fixed by the shape, never by the ids."""
+    if shape.world_size == 1 and shape.capacity * shape.top_k <= TILE:
+        return PLAN_ONE_LAUNCH
+    return PLAN_FOUR_LAUNCHES
+
+
 @dataclass(frozen=True)
 class LayoutShape:
     """World size P, capacity C, top-k K and experts E of one layout workspace."""
@@ -223,25 +236,28 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def _compiled(device: torch.device):
-    key = ("dispatch_layout", device.index if device.index is not None else 0)
+def _compiled(device: torch.device, plan: str = PLAN_FOUR_LAUNCHES):
+    key = (plan, device.index if device.index is not None else 0)
     hit = _COMPILED.get(key)
     if hit is None:
         if _capturing(device):
             raise CompileDuringCaptureError(
-                "dispatch_layout kernel is not compiled and a CUDA graph is being captured: "
-                "call megamoe.dispatch.warmup(device) before capture (CONTRACTS.md s9)"
+                f"dispatch_layout kernel ({plan}) is not compiled and a CUDA graph is being "
+                "captured: call megamoe.dispatch.warmup(device) before capture "
+                "(CONTRACTS.md s9)"
             )
         from megamoe.dispatch import layout_kernel
 
-        hit = layout_kernel.compile_dispatch_layout()
+        hit = (layout_kernel.compile_dispatch_layout_one_launch() if plan == PLAN_ONE_LAUNCH
+               else layout_kernel.compile_dispatch_layout())
         _COMPILED[key] = hit
     return hit
 
 
 def warmup(device: torch.device | str) -> None:
-    """Compile the layout kernel for ``device`` (before any graph capture)."""
-    _compiled(torch.device(device))
+    """Compile both layout kernels for ``device`` (before any graph capture)."""
+    for plan in (PLAN_ONE_LAUNCH, PLAN_FOUR_LAUNCHES):
+        _compiled(torch.device(device), plan)
 
 
 def _ptr(cutlass_type, t: torch.Tensor):
@@ -257,10 +273,21 @@ def _launch(ws: LayoutWorkspace, ids3: torch.Tensor) -> None:
     from cutlass import Int32, Int64
 
     s = ws.shape
-    compiled = _compiled(ws.device)
+    plan = kernel_plan(s)
+    compiled = _compiled(ws.device, plan)
     sp, sc, sk = ids3.stride()
     stream = cuda.CUstream(torch.cuda.current_stream(ws.device).cuda_stream)
     v = ws.view
+    if plan == PLAN_ONE_LAUNCH:
+        compiled(
+            _ptr(Int32, ids3), sp, sc, sk, s.capacity, s.top_k, s.num_experts,
+            _ptr(Int64, v("counts")), _ptr(Int64, v("expert_counts")),
+            _ptr(Int64, v("expert_offsets")), _ptr(Int64, v("rank_counts")),
+            _ptr(Int64, v("active_extent")), _ptr(Int64, v("num_routes")),
+            _ptr(Int64, v("order")), _ptr(Int64, v("order_expert")),
+            stream,
+        )
+        return
     compiled(
         _ptr(Int32, ids3), sp, sc, sk,
         s.world_size, s.capacity, s.top_k, s.num_experts, tiles_per_rank(s.capacity, s.top_k),

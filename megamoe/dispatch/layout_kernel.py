@@ -23,6 +23,12 @@ from the ids alone, so a replay with changed routes never sees stale state):
    + earlier lanes of the same 32-slot step with the same expert``: exactly the stable order
    ``(expert, src_rank, row, slot)``. Entries ``order[N:]`` are not written.
 
+One launch for one rank with ``C*K <= TILE`` (``_one_launch_kernel``, one CTA: the decode-size
+batches of a one-GPU layer): the same four steps in one block, with the tile counts, bases
+and extents in shared memory (the workspace's scratch regions are not touched); each warp's
+base for an expert is the sum of the earlier warps' counts, so positions are the same stable
+order. Four launches took 12.9 us of a 1-token DeepSeek forward on the H200 (docs/perf.md).
+
 No global atomics: every count comes from a fixed tree, so the result is deterministic.
 """
 
@@ -45,6 +51,7 @@ SEG = 32 * ITERS  # flat slots per warp per tile
 TILE = WARPS * SEG  # flat slots per tile (2048)
 E_CAP = 1024  # largest expert count the kernels handle (smem [WARPS, E_CAP] int32 = 32 KiB)
 SCAN_THREADS = 256
+assert SCAN_THREADS == THREADS  # the one-launch kernel scans with its whole block
 _LOG2_SCAN = 8
 _WCNT_BYTES = WARPS * E_CAP * 4
 _SCAN_BYTES = SCAN_THREADS * 4
@@ -114,6 +121,53 @@ def _count_segment(m_ids, p, seg0, limit, K, E, wcnt, warp, lane, lt):
 
 
 @cute.jit
+def _scatter_segment(m_ids, p, seg0, limit, K, E, wcnt, warp, lane, lt, m_order, m_oe):
+    """Write ``(p, row, slot)`` and the expert of every active slot among flat slots
+    ``[seg0, seg0 + SEG)`` below ``limit`` at its stable position: ``wcnt[warp, e]`` (this
+    warp's first position for expert ``e``, advanced as it goes) plus the earlier lanes of
+    the same 32-slot step with the same expert. Warp-uniform: all 32 lanes must call it."""
+    steps = []
+    for it in cutlass.range_constexpr(ITERS):
+        steps.append(_load_step(m_ids, p, seg0 + Int32(it * 32) + lane, limit, K, E))
+    for it in cutlass.range_constexpr(ITERS):
+        eid, row, k, active, key = steps[it]
+        peers = match_any(key)
+        if active:
+            pos = wcnt[warp, eid] + cute.arch.popc(peers & lt)
+            m_order[pos, 0] = Int64(p)
+            m_order[pos, 1] = Int64(row)
+            m_order[pos, 2] = Int64(k)
+            m_oe[pos] = Int64(eid)
+        cute.arch.sync_warp()
+        if active & ((peers & lt) == Int32(0)):
+            wcnt[warp, eid] = wcnt[warp, eid] + cute.arch.popc(peers)
+        cute.arch.sync_warp()
+
+
+@cute.jit
+def _warp_counts(tidx):
+    """``(warp, lane, smem, wcnt)``: this thread's warp and lane, the block's shared-memory
+    allocator, and the per-warp expert counts ``wcnt [WARPS, E_CAP]`` allocated first."""
+    warp = tidx // 32
+    smem = cutlass_utils.SmemAllocator()
+    wcnt = smem.allocate_tensor(
+        Int32, cute.make_layout((WARPS, E_CAP), stride=(E_CAP, 1)), _SMEM_ALIGN
+    )
+    return warp, tidx - warp * 32, smem, wcnt
+
+
+@cute.jit
+def _store_warp_extent(mrow, wext, warp, lane):
+    """``wext[warp]`` = the largest ``mrow`` of the warp's lanes (a butterfly max; all 32
+    lanes must call it)."""
+    for sh in cutlass.range_constexpr(5):
+        other = cute.arch.shuffle_sync_bfly(mrow, offset=1 << (4 - sh))
+        mrow = cutlass.max(mrow, other)
+    if lane == Int32(0):
+        wext[warp] = mrow
+
+
+@cute.jit
 def _zero_wcnt(wcnt, tidx, E):
     for e in range(tidx, E, THREADS):
         for w in cutlass.range_constexpr(WARPS):
@@ -128,12 +182,7 @@ def _count_kernel(
 ):
     tidx, _, _ = cute.arch.thread_idx()
     tile, p, _ = cute.arch.block_idx()
-    warp = tidx // 32
-    lane = tidx - warp * 32
-    smem = cutlass_utils.SmemAllocator()
-    wcnt = smem.allocate_tensor(
-        Int32, cute.make_layout((WARPS, E_CAP), stride=(E_CAP, 1)), _SMEM_ALIGN
-    )
+    warp, lane, smem, wcnt = _warp_counts(tidx)
     wext = smem.allocate_tensor(Int32, cute.make_layout(WARPS), _SMEM_ALIGN)
     m_ids = cute.make_tensor(ids_ptr, cute.make_layout((P, C, K), stride=(sp, sc, sk)))
     m_tc = cute.make_tensor(tile_counts_ptr, cute.make_layout((P * tpr, E), stride=(E, 1)))
@@ -143,11 +192,7 @@ def _count_kernel(
     lt = lanemask_lt()
     seg0 = tile * TILE + warp * SEG
     mrow = _count_segment(m_ids, p, seg0, C * K, K, E, wcnt, warp, lane, lt)
-    for sh in cutlass.range_constexpr(5):
-        other = cute.arch.shuffle_sync_bfly(mrow, offset=1 << (4 - sh))
-        mrow = cutlass.max(mrow, other)
-    if lane == Int32(0):
-        wext[warp] = mrow
+    _store_warp_extent(mrow, wext, warp, lane)
     cute.arch.sync_threads()
     tg = p * tpr + tile
     for e in range(tidx, E, THREADS):
@@ -245,12 +290,7 @@ def _scatter_kernel(
 ):
     tidx, _, _ = cute.arch.thread_idx()
     tile, p, _ = cute.arch.block_idx()
-    warp = tidx // 32
-    lane = tidx - warp * 32
-    smem = cutlass_utils.SmemAllocator()
-    wcnt = smem.allocate_tensor(
-        Int32, cute.make_layout((WARPS, E_CAP), stride=(E_CAP, 1)), _SMEM_ALIGN
-    )
+    warp, lane, _smem, wcnt = _warp_counts(tidx)
     n_cap = P * C * K
     m_ids = cute.make_tensor(ids_ptr, cute.make_layout((P, C, K), stride=(sp, sc, sk)))
     m_tb = cute.make_tensor(tile_base_ptr, cute.make_layout((P * tpr, E), stride=(E, 1)))
@@ -277,22 +317,7 @@ def _scatter_kernel(
                 base = base + c
         cute.arch.sync_threads()
         if seg0 < limit:  # warp-uniform
-            steps = []
-            for it in cutlass.range_constexpr(ITERS):
-                steps.append(_load_step(m_ids, p, seg0 + Int32(it * 32) + lane, limit, K, E))
-            for it in cutlass.range_constexpr(ITERS):
-                eid, row, k, active, key = steps[it]
-                peers = match_any(key)
-                if active:
-                    pos = wcnt[warp, eid] + cute.arch.popc(peers & lt)
-                    m_order[pos, 0] = Int64(p)
-                    m_order[pos, 1] = Int64(row)
-                    m_order[pos, 2] = Int64(k)
-                    m_oe[pos] = Int64(eid)
-                cute.arch.sync_warp()
-                if active & ((peers & lt) == Int32(0)):
-                    wcnt[warp, eid] = wcnt[warp, eid] + cute.arch.popc(peers)
-                cute.arch.sync_warp()
+            _scatter_segment(m_ids, p, seg0, limit, K, E, wcnt, warp, lane, lt, m_order, m_oe)
 
 
 @cute.jit
@@ -324,6 +349,95 @@ def dispatch_layout_launch(
     ).launch(grid=[tpr, P, 1], block=[THREADS, 1, 1], smem=wcnt_smem, stream=stream)
 
 
+@cute.kernel
+def _one_launch_kernel(
+    ids_ptr: cute.Pointer, sp: Int32, sc: Int32, sk: Int32, C: Int32, K: Int32, E: Int32,
+    counts_ptr: cute.Pointer, expert_counts_ptr: cute.Pointer, offsets_ptr: cute.Pointer,
+    rank_counts_ptr: cute.Pointer, extent_ptr: cute.Pointer, num_routes_ptr: cute.Pointer,
+    order_ptr: cute.Pointer, order_expert_ptr: cute.Pointer,
+):
+    """The whole layout of one rank with ``C*K <= TILE`` in one CTA (module docstring):
+    count (warp ``w`` takes flat slots ``[w*SEG, (w+1)*SEG)``), per-expert totals and warp
+    bases, the exclusive scan of the totals (offsets), then the scatter."""
+    tidx, _, _ = cute.arch.thread_idx()
+    warp, lane, smem, wcnt = _warp_counts(tidx)
+    offs = smem.allocate_tensor(Int32, cute.make_layout(E_CAP), _SMEM_ALIGN)
+    buf = smem.allocate_tensor(Int32, cute.make_layout(SCAN_THREADS), _SMEM_ALIGN)
+    wext = smem.allocate_tensor(Int32, cute.make_layout(WARPS), _SMEM_ALIGN)
+    limit = C * K
+    m_ids = cute.make_tensor(ids_ptr, cute.make_layout((1, C, K), stride=(sp, sc, sk)))
+    m_counts = cute.make_tensor(counts_ptr, cute.make_layout(E))
+    m_ec = cute.make_tensor(expert_counts_ptr, cute.make_layout(E))
+    m_off = cute.make_tensor(offsets_ptr, cute.make_layout(E + Int32(1)))
+    m_rc = cute.make_tensor(rank_counts_ptr, cute.make_layout(1))
+    m_ext = cute.make_tensor(extent_ptr, cute.make_layout(1))
+    m_nr = cute.make_tensor(num_routes_ptr, cute.make_layout(1))
+    m_order = cute.make_tensor(order_ptr, cute.make_layout((limit, 3), stride=(3, 1)))
+    m_oe = cute.make_tensor(order_expert_ptr, cute.make_layout(limit))
+    _zero_wcnt(wcnt, tidx, E)
+    cute.arch.sync_threads()
+    lt = lanemask_lt()
+    seg0 = warp * SEG
+    mrow = Int32(0)
+    if seg0 < limit:  # warp-uniform
+        mrow = _count_segment(m_ids, Int32(0), seg0, limit, K, E, wcnt, warp, lane, lt)
+    _store_warp_extent(mrow, wext, warp, lane)
+    cute.arch.sync_threads()
+    # per expert: the total, and each warp's count replaced by the earlier warps' sum
+    for e in range(tidx, E, THREADS):
+        base = Int32(0)
+        for w in cutlass.range_constexpr(WARPS):
+            c = wcnt[w, e]
+            wcnt[w, e] = base
+            base = base + c
+        offs[e] = base
+        m_counts[e] = Int64(base)
+        m_ec[e] = Int64(base)
+    cute.arch.sync_threads()
+    carry = Int32(0)
+    for c0 in range(0, E, SCAN_THREADS):  # the same trip count in every thread
+        i = c0 + tidx
+        v = Int32(0)
+        if i < E:
+            v = offs[i]
+        excl, total = block_exclusive_scan(v, buf, tidx)
+        if i < E:  # only thread i reads and writes offs[i] in this loop
+            offs[i] = carry + excl
+            m_off[i] = Int64(carry + excl)
+        carry = carry + total
+    ext = Int32(0)
+    for w in cutlass.range_constexpr(WARPS):
+        ext = cutlass.max(ext, wext[w])
+    if tidx == Int32(0):
+        m_off[E] = Int64(carry)
+        m_nr[0] = Int64(carry)
+        m_rc[0] = Int64(carry)
+        m_ext[0] = Int64(ext)
+    cute.arch.sync_threads()
+    for e in range(tidx, E, THREADS):  # each warp's first position for expert e
+        for w in cutlass.range_constexpr(WARPS):
+            wcnt[w, e] = wcnt[w, e] + offs[e]
+    cute.arch.sync_threads()
+    live = cutlass.min(limit, ext * K)  # no active slot at or beyond
+    if seg0 < live:  # warp-uniform
+        _scatter_segment(m_ids, Int32(0), seg0, live, K, E, wcnt, warp, lane, lt, m_order,
+                         m_oe)
+
+
+@cute.jit
+def dispatch_layout_one_launch(
+    ids_ptr: cute.Pointer, sp: Int32, sc: Int32, sk: Int32, C: Int32, K: Int32, E: Int32,
+    counts_ptr: cute.Pointer, expert_counts_ptr: cute.Pointer, offsets_ptr: cute.Pointer,
+    rank_counts_ptr: cute.Pointer, extent_ptr: cute.Pointer, num_routes_ptr: cute.Pointer,
+    order_ptr: cute.Pointer, order_expert_ptr: cute.Pointer, stream: cuda.CUstream,
+):
+    smem = _WCNT_BYTES + E_CAP * 4 + _SCAN_BYTES + WARPS * 4 + 5 * _SMEM_ALIGN
+    _one_launch_kernel(
+        ids_ptr, sp, sc, sk, C, K, E, counts_ptr, expert_counts_ptr, offsets_ptr,
+        rank_counts_ptr, extent_ptr, num_routes_ptr, order_ptr, order_expert_ptr,
+    ).launch(grid=[1, 1, 1], block=[THREADS, 1, 1], smem=smem, stream=stream)
+
+
 _FAKE_ADDR = 1 << 20
 
 
@@ -350,3 +464,21 @@ def compile_dispatch_layout():
 @register_kernel("dispatch_layout")
 def build_dispatch_layout():
     return compile_dispatch_layout()
+
+
+def compile_dispatch_layout_one_launch():
+    """``cute.compile`` the one-launch layout (one rank, ``C*K <= TILE``; sizes are runtime
+    arguments)."""
+    i0 = Int32(0)
+    return cute.compile(
+        dispatch_layout_one_launch,
+        _ptr(Int32), i0, i0, i0, i0, i0, i0,
+        _ptr(Int64), _ptr(Int64), _ptr(Int64), _ptr(Int64), _ptr(Int64), _ptr(Int64),
+        _ptr(Int64), _ptr(Int64),
+        cuda.CUstream(0),
+    )
+
+
+@register_kernel("dispatch_layout_one_launch")
+def build_dispatch_layout_one_launch():
+    return compile_dispatch_layout_one_launch()

@@ -50,6 +50,7 @@ from megamoe.experts.grouped_gemm_kernel import (
 from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.experts.mxfp8 import Mxfp8Matrix
 from megamoe.experts.nvfp4 import Nvfp4Matrix
+from megamoe.experts.split_k import SplitKWorkspace, arrival_slots, effective_splits
 from megamoe.staging.compile_cache import CompileDuringCaptureError
 from megamoe.staging.constants import MX_BLOCK, NVFP4_BLOCK
 
@@ -71,6 +72,7 @@ __all__ = [
     "Mxfp4Matrix",
     "Mxfp8Matrix",
     "Nvfp4Matrix",
+    "SplitKWorkspace",
     "capacity_rows",
     "grouped_gemm",
     "grouped_gemm_torch",
@@ -106,8 +108,13 @@ def padded_segment_starts(counts: torch.Tensor, tile_m: int = TILE_M) -> torch.T
 
 
 def capacity_rows(total_rows: int, num_experts: int, tile_m: int = TILE_M) -> int:
-    """An ``M_cap`` that holds any split of ``total_rows`` over ``num_experts`` padded segments."""
-    need = total_rows + num_experts * (tile_m - 1)
+    """An ``M_cap`` that holds any split of ``total_rows`` over ``num_experts`` padded segments:
+    at most ``min(E, total_rows)`` experts have rows, and each pads fewer than ``tile_m``
+    (an expert without rows pads none). Kept tight because the MX kernels launch one CTA
+    per tile of ``M_cap`` (dead ones exit at once, but each launch costs: about 0.8 ns per
+    CTA on the H200, 45 us of a one-row DeepSeek FC2 with ``E * 127`` padding rows;
+    docs/perf.md, "Session 19")."""
+    need = total_rows + min(num_experts, total_rows) * (tile_m - 1)
     return max(tile_m, -(-need // tile_m) * tile_m)
 
 
@@ -389,12 +396,44 @@ def _ptr(dtype, t: torch.Tensor, align: int):
     return make_ptr(dtype, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=align)
 
 
+def _check_split_workspace(ws: object, cfg: KernelConfig, m_cap: int, n: int, k: int,
+                           device: torch.device) -> None:
+    """A split-K variant's workspace (``grouped_gemm``): float32 ``partials [S, rows, N]``
+    with ``S = effective_splits(cfg, K)``, int32 ``arrivals`` of at least ``arrival_slots``
+    counters, both contiguous on ``device``; None for a variant without split-K."""
+    if cfg.splits == 1:
+        if ws is not None:
+            raise ConfigError("split_workspace", f"None for config {cfg.name} (no split-K)",
+                              type(ws).__name__)
+        return
+    if not isinstance(ws, SplitKWorkspace):
+        raise ConfigError("split_workspace", f"a SplitKWorkspace for config {cfg.name}",
+                          type(ws).__name__)
+    splits, slots = effective_splits(cfg, k), arrival_slots(cfg, m_cap, n)
+    parts, arrivals = ws.partials, ws.arrivals
+    if (parts.dtype != torch.float32 or parts.dim() != 3 or parts.shape[0] != splits
+            or parts.shape[1] < 1 or parts.shape[2] != n or not parts.is_contiguous()):
+        raise ConfigError("split_workspace.partials",
+                          f"contiguous float32 [{splits}, rows >= 1, {n}]",
+                          f"{parts.dtype} {tuple(parts.shape)}")
+    if (arrivals.dtype != torch.int32 or arrivals.dim() != 1 or arrivals.numel() < slots
+            or not arrivals.is_contiguous()):
+        raise ConfigError("split_workspace.arrivals", f"contiguous int32 [>= {slots}]",
+                          f"{arrivals.dtype} {tuple(arrivals.shape)}")
+    for name, t in (("partials", parts), ("arrivals", arrivals)):
+        if t.device != device:
+            raise ConfigError(f"split_workspace.{name}.device", str(device), str(t.device))
+    if parts.numel() > _I32_LIMIT:
+        raise ConfigError("split_workspace.partials", "fewer than 2**31 elements",
+                          parts.numel())
+
+
 def grouped_gemm(
     a: torch.Tensor, b: torch.Tensor | Mxfp4Matrix, seg_start: torch.Tensor,
     counts: torch.Tensor, out: torch.Tensor, *, mode: str,
     row_scale: torch.Tensor | None = None, clamp: float | None = None,
     config: KernelConfig | None = None, max_ctas: int | None = None,
-    pre_scale: torch.Tensor | None = None,
+    pre_scale: torch.Tensor | None = None, split_workspace: SplitKWorkspace | None = None,
 ) -> str:
     """Run the grouped GEMM (module docstring); returns the path taken (``"kernel"`` on a
     Hopper GPU, else ``"torch"``). Never modifies its inputs; writes live rows of ``out``
@@ -406,7 +445,10 @@ def grouped_gemm(
     multiplies the accumulators before the epilogue math (FC1: before the clamp and SwiGLU).
     ``config`` picks a compiled variant (default ``gemm_config(weight kind, N)``, without a
     route capacity: a layer passes its own); ``max_ctas`` caps the grid of the
-    persistent (``ws``) variants (default: the device's SM count)."""
+    persistent (``ws``) variants (default: the device's SM count). ``split_workspace``: the
+    device memory of a split-K variant (``config.splits > 1``: required; otherwise None),
+    ``SplitKWorkspace.create(config, N, K, M_cap, rows, device)`` with ``rows`` at least the
+    live rows of any launch it serves, used by one GEMM at a time (``megamoe.experts.split_k``)."""
     m_cap, e, n, k = _check(a, b, seg_start, counts, out, mode, row_scale, clamp, pre_scale)
     weights = weight_kind(b)
     cfg = config if config is not None else gemm_config(weights, n)
@@ -414,6 +456,9 @@ def grouped_gemm(
         raise ConfigError("N (b.shape[1])", f"a multiple of config.tile_n={cfg.tile_n}", n)
     if weights != "bf16" and cfg.ws:
         raise ConfigError("config", f"a non-persistent variant for {weights} weights", cfg.name)
+    if cfg.splits > 1 and (weights == "bf16" or not cfg.specialized):
+        raise ConfigError("config", "split-K only in a specialized MX variant", cfg.name)
+    _check_split_workspace(split_workspace, cfg, m_cap, n, k, a.device)
     if max_ctas is not None and not (isinstance(max_ctas, int) and 1 <= max_ctas <= _I32_LIMIT):
         raise ConfigError("max_ctas", "None or an int >= 1", max_ctas)
     if not kernel_supported(a.device):
@@ -444,10 +489,15 @@ def grouped_gemm(
     clamp_v = math.inf if clamp is None else float(clamp)
     if weights != "bf16":
         payload, scales = _b_tensors(b)
+        # no split-K: the workspace arguments are never read (counts stands in)
+        ws = split_workspace
+        parts, arrivals = (ws.partials, ws.arrivals) if ws is not None else (counts, counts)
         compiled(
             _ptr(BFloat16, a, 16), _ptr(Uint8, payload, 16), _ptr(Uint8, scales, 16),
             out_ptr, _ptr(Int32, seg_start, 4), _ptr(Int32, counts, 4),
-            _ptr(Float32, scale, 4), _ptr(Float32, pre, 4), m_cap, e, *flags, clamp_v, stream,
+            _ptr(Float32, scale, 4), _ptr(Float32, pre, 4), m_cap, e, *flags, clamp_v,
+            _ptr(Float32, parts, 4), _ptr(Int32, arrivals, 4),
+            ws.partials.shape[1] if ws is not None else 0, stream,
         )
         return PATH_KERNEL
     if max_ctas is None:

@@ -86,19 +86,28 @@ class KernelConfig:
     the row tile (``tile_m``: ``TILE_M``, two MMA warpgroups; or 64, one, which only the MX
     GEMM offers: half the A bytes and MMAs per tile when an expert has few rows), and, for the
     MX GEMM only, whether a decode warpgroup feeds the MMA warpgroups through a pipeline of
-    decoded B tiles (``specialized``; ``mxfp4_gemm_kernel``)."""
+    decoded B tiles (``specialized``; ``mxfp4_gemm_kernel``), and, for the ``specialized``
+    MX GEMM only, into how many K slices each output tile is split (``splits``: one CTA per
+    slice, float32 partial sums combined in slice order by the tile's last CTA;
+    ``megamoe.experts.split_k``)."""
 
     tile_n: int
     stages: int
     ws: bool = False
     tile_m: int = TILE_M
     specialized: bool = False
+    splits: int = 1
+
+    def __post_init__(self) -> None:
+        if self.splits < 1:
+            raise ValueError(f"splits: expected >= 1, got {self.splits}")
 
     @property
     def name(self) -> str:
         rows = "" if self.tile_m == TILE_M else f"m{self.tile_m}"
         return (f"{rows}n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
-                + ("ws" if self.specialized else ""))
+                + ("ws" if self.specialized else "")
+                + (f"k{self.splits}" if self.splits > 1 else ""))
 
 
 CONFIGS = (
@@ -419,6 +428,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
     if cfg.tile_m != TILE_M:
         raise ValueError(f"config: the bf16 GEMM has tile_m {TILE_M} only, got {cfg.name}")
+    if cfg.splits != 1:
+        raise ValueError(f"config: the bf16 GEMM has no split-K variant, got {cfg.name}")
     swiglu = mode == "swiglu"
     tile_n, stages = cfg.tile_n, cfg.stages
     n_out = n // 2 if swiglu else n

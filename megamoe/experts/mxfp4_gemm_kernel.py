@@ -79,6 +79,7 @@ from megamoe.experts.packed_decode import (
     e4m3_pair_bits,
     has_e4m3_nan,
 )
+from megamoe.experts.split_k import ARRIVAL_BARRIER_ID, arrive, effective_splits, rows_before
 from megamoe.kernel_registry import register_kernel
 from megamoe.staging.dsl_bits import e4m3_to_float, e8m0_to_float, f2i
 
@@ -102,6 +103,8 @@ MXFP4_CONFIGS = (
     KernelConfig(128, 6),
     KernelConfig(64, 2),
     KernelConfig(64, 6, tile_m=64),
+    KernelConfig(64, 3, tile_m=64, specialized=True, splits=2),
+    KernelConfig(64, 3, tile_m=64, specialized=True, splits=4),
 )
 """The compiled MXFP4 variants; ``mx_default_config`` takes the first of the height the route
 capacity asks for (``MX_NARROW_ROUTES``) whose column tile divides ``N`` (one CTA per tile;
@@ -157,6 +160,13 @@ faster than ``n64s3`` in the GEMM alone at DeepSeek uniform T = 16 and 1024 (FC1
 CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
+SPLIT_K_NOTE = """Split-K (``split_k``; MXFP4 ``m64n64s3wsk2`` / ``m64n64s3wsk4``) is compiled and
+GPU-tested but never a default: H200, DeepSeek, GEMM alone (``mx_gemm``, docs/perf.md,
+"Session 19"), FC1 + FC2 us against ``m64n64s3ws``: one expert with one row 59.8 / 57.8
+(k2 / k4) against 73.3, but a real one-token batch (8 experts, 1 row each) 250.7 / 289.0
+against 249.6, and 4 or 16 tokens 19-75 % slower (the slices multiply the CTAs, dead ones
+included). A caller that knows its batches put every route on a few experts may pass one."""
+
 MX_NARROW_ROUTES = {"mxfp4": 8192, "mxfp8": 8192, "nvfp4": 0}
 """Per format: callers whose route capacity (``C * K``) is at most this get the format's
 64-row variant (the first of its configs with ``tile_m`` 64), larger ones (and callers that
@@ -176,11 +186,11 @@ capacity, never from a batch's live rows (CONTRACTS.md s7)."""
 def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None) -> KernelConfig:
     """The variant of weight format ``weights`` for an ``N``: the first 64-row one whose
     column tile divides ``N`` when ``routes`` (the caller's static route capacity) is at most
-    ``MX_NARROW_ROUTES[weights]``, else the first 128-row one (any variant whose tile divides ``N``
-    when the preferred height has none)."""
+    ``MX_NARROW_ROUTES[weights]``, else the first 128-row one (any variant whose tile divides
+    ``N`` when the preferred height has none). Never a split-K variant (``SPLIT_K_NOTE``)."""
     configs = CONFIGS_BY_FORMAT[weights]
     narrow = routes is not None and routes <= MX_NARROW_ROUTES[weights]
-    fits = [cfg for cfg in configs if n % cfg.tile_n == 0]
+    fits = [cfg for cfg in configs if n % cfg.tile_n == 0 and cfg.splits == 1]
     for cfg in fits:
         if (cfg.tile_m < TILE_M) == narrow:
             return cfg
@@ -212,6 +222,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     tile_n, stages, tile_m = cfg.tile_n, cfg.stages, cfg.tile_m
     mma_wgs = tile_m // 64  # MMA warpgroups (64 rows each)
     specialized = cfg.specialized
+    if cfg.splits > 1 and not specialized:
+        raise ValueError(f"config: split-K needs a specialized variant, got {cfg.name}")
+    splits = effective_splits(cfg, k)  # K slices per output tile (``split_k``)
     # who decodes: all THREADS (and MMA warpgroups among them), or one decode warpgroup
     # beside mma_wgs MMA warpgroups and a TMA producer warp (``specialized``)
     decoders = DECODE_THREADS if specialized else THREADS
@@ -242,6 +255,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     class Storage:
         bars: cute.struct.MemRange[cutlass.Int64, stages * 2]
         dbars: cute.struct.MemRange[cutlass.Int64, CONVERT_BUFS * 2]  # ``specialized`` only
+        arrived: cute.struct.MemRange[Int32, 1]  # split-K: the count before this CTA's arrival
         sa: cute.struct.Align[cute.struct.MemRange[BFloat16, tile_m * TILE_K * stages], _ALIGN]
         sb: cute.struct.Align[
             cute.struct.MemRange[BFloat16, tile_n * TILE_K * CONVERT_BUFS], _ALIGN
@@ -481,6 +495,44 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                     store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0,
                           pid_n * tile_n, live_end, use_scale, use_pre, clamp)
 
+    @cute.jit
+    def split_fixup(acc: cute.Tensor, c_coord: cute.Tensor, part_ptr: cute.Pointer,
+                    arrive_ptr: cute.Pointer, part_rows: Int32, arrived: cute.Tensor,
+                    row0: Int32, live_end: Int32, rank0: Int32, col0: Int32, split: Int32,
+                    slot: Int32, mtid: Int32):
+        """Split-K steps 1-3 (``split_k`` module docstring) for this MMA thread's
+        accumulators: write this slice's partials of the live rows, arrive on counter
+        ``slot``; returns whether this CTA arrived last, in which case ``acc`` now holds the
+        in-order sums of every slice and the counter is zero again."""
+        m_part = cute.make_tensor(part_ptr, cute.make_layout(
+            (splits, part_rows, n), stride=(part_rows * n, n, 1)))
+        m_arrive = cute.make_tensor(arrive_ptr, cute.make_layout(slot + 1))
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            crd = c_coord[i]
+            rank = rank0 + crd[0]
+            if (row0 + crd[0] < live_end) & (rank < part_rows):
+                m_part[split, rank, col0 + crd[1]] = Float32(acc[i])
+        cute.arch.barrier(barrier_id=ARRIVAL_BARRIER_ID, number_of_threads=mma_threads)
+        if mtid == Int32(0):
+            cute.arch.fence_acq_rel_gpu()
+            arrived[0] = arrive((arrive_ptr + slot).toint())
+        cute.arch.barrier(barrier_id=ARRIVAL_BARRIER_ID, number_of_threads=mma_threads)
+        last = arrived[0] == Int32(splits - 1)
+        if last:
+            # thread 0's acquiring atomic, then the barrier: every slice's writes are visible
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                crd = c_coord[i]
+                rank = rank0 + crd[0]
+                if (row0 + crd[0] < live_end) & (rank < part_rows):
+                    col = col0 + crd[1]
+                    total = Float32(m_part[0, rank, col])
+                    for s in cutlass.range_constexpr(1, splits):
+                        total = total + Float32(m_part[s, rank, col])
+                    acc[i] = total
+            if mtid == Int32(0):
+                m_arrive[slot] = Int32(0)
+        return last
+
     @cute.kernel
     def kernel_specialized(
         tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom, m_t: cute.Tensor,
@@ -489,6 +541,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         wscale_ptr: cute.Pointer, out_ptr: cute.Pointer, seg_ptr: cute.Pointer,
         cnt_ptr: cute.Pointer, scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32,
         num_experts: Int32, use_scale: Int32, use_pre: Int32, clamp: Float32,
+        part_ptr: cute.Pointer, arrive_ptr: cute.Pointer, part_rows: Int32,
     ):
         """The ``specialized`` variant (module docstring): warpgroup 0 decodes, warpgroups
         1 .. ``mma_wgs`` multiply and store, the last warp issues the TMA loads. Two
@@ -496,11 +549,18 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         the decode warps have read its weights and the MMA warps' wgmmas on its A are done)
         and ``decoded`` (the ``CONVERT_BUFS`` bf16 B tiles: the decode writes one, fences it
         to the async proxy and commits; the MMA warps release it after their wgmmas on it
-        are done)."""
+        are done). Split-K (``splits > 1``): CTA ``bid`` works on slice ``bid % splits`` of
+        tile ``bid // splits`` and ends with ``split_fixup``."""
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        pid_m, pid_n, e, row0, live, live_end = locate_cta(bid, m_cap, seg_ptr, cnt_ptr,
+        tile, split = bid, Int32(0)
+        if cutlass.const_expr(splits > 1):
+            tile = bid // splits
+            split = bid - tile * splits
+        kt0 = split * k_tiles // splits  # this CTA's k tiles [kt0, kt1): at least one
+        kt1 = (split + 1) * k_tiles // splits
+        pid_m, pid_n, e, row0, live, live_end = locate_cta(tile, m_cap, seg_ptr, cnt_ptr,
                                                            num_experts)
         if live:
             rows = live_rows(row0, live_end, tile_m)  # A_PART_ROWS: only live A rows load
@@ -520,13 +580,14 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             )
             pipeline.pipeline_init_arrive()
             s_a, s_b, s_b32, s_q, s_qw, s_s = smem_views(storage, a_layout, b_layout, q_layout)
+            arrived = storage.arrived.get_tensor(cute.make_layout(1))
             pipeline.pipeline_init_wait()
 
             if warp_idx == producer_warp:
                 t_sa, t_ga, t_st, t_gt, t_sq, t_gq = tma_views(
                     tma_a, m_a, tma_t, m_t, tma_q, m_q, s_a, s_q, pid_m, pid_n, e)
                 prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
-                for kt in cutlass.range(k_tiles, unroll=1):
+                for kt in cutlass.range(kt0, kt1, unroll=1):
                     load_stage(mainloop, prod, kt, row0, rows, tile_m, tma_a, t_ga, t_sa,
                                tma_t, t_gt, t_st, tma_q, t_gq, t_sq)
                     prod.advance()
@@ -540,7 +601,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
                 fill = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                     CONVERT_BUFS)
-                for kt in cutlass.range(k_tiles, unroll=1):
+                for kt in cutlass.range(kt0, kt1, unroll=1):
                     mainloop.consumer_wait(read)
                     decoded.producer_acquire(fill)
                     decode(s_qw, s_s, s_b32, b_layout.outer, wrow, b0, read.index, fill.index,
@@ -556,6 +617,10 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 mtid = tidx - decoders
                 wg = cute.arch.make_warp_uniform(mtid // 128)
                 t_ca, t_cb, c_coord, acc = mma_fragments(tiled_mma, s_a, s_b, wg, mtid)
+                rank0 = Int32(0)  # split-K: the rank of row0 among all live rows
+                if cutlass.const_expr(splits > 1):
+                    seg = cute.make_tensor(seg_ptr, cute.make_layout(num_experts + 1))
+                    rank0 = rows_before(seg_ptr, cnt_ptr, e, num_experts) + row0 - seg[e]
                 tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
                 read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
                 release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
@@ -569,7 +634,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 issue(tiled_mma, acc, t_ca, t_cb, read.index, take.index)
                 read.advance()
                 take.advance()
-                for _ in cutlass.range(1, k_tiles, unroll=1):
+                for _ in cutlass.range(kt0 + 1, kt1, unroll=1):
                     mainloop.consumer_wait(read)
                     decoded.consumer_wait(take)
                     issue(tiled_mma, acc, t_ca, t_cb, read.index, take.index)
@@ -584,15 +649,23 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 cute.nvgpu.warpgroup.wait_group(0)
                 mainloop.consumer_release(release)
                 decoded.consumer_release(give)
-                store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0, pid_n * tile_n,
-                      live_end, use_scale, use_pre, clamp)
+                if cutlass.const_expr(splits > 1):
+                    if split_fixup(acc, c_coord, part_ptr, arrive_ptr, part_rows, arrived,
+                                   row0, live_end, rank0, pid_n * tile_n, split,
+                                   pid_m * n_tiles + pid_n, mtid):
+                        store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0,
+                              pid_n * tile_n, live_end, use_scale, use_pre, clamp)
+                else:
+                    store(acc, c_coord, out_ptr, scale_ptr, pre_ptr, m_cap, row0,
+                          pid_n * tile_n, live_end, use_scale, use_pre, clamp)
 
     @cute.jit
     def launch(
         a_ptr: cute.Pointer, q_ptr: cute.Pointer, wscale_ptr: cute.Pointer,
         out_ptr: cute.Pointer, seg_ptr: cute.Pointer, cnt_ptr: cute.Pointer,
         scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
-        use_scale: Int32, use_pre: Int32, clamp: Float32, stream: cuda.CUstream,
+        use_scale: Int32, use_pre: Int32, clamp: Float32, part_ptr: cute.Pointer,
+        arrive_ptr: cute.Pointer, part_rows: Int32, stream: cuda.CUstream,
     ):
         m_a = cute.make_tensor(a_ptr, cute.make_layout((m_cap, k), stride=(k, 1)))
         m_q = cute.make_tensor(
@@ -622,8 +695,8 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             kernel_specialized(
                 tma_a, t_a, tma_t, t_t, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
                 wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
-                use_scale, use_pre, clamp,
-            ).launch(grid=[tiles, 1, 1], block=[block_threads, 1, 1], stream=stream)
+                use_scale, use_pre, clamp, part_ptr, arrive_ptr, part_rows,
+            ).launch(grid=[tiles * splits, 1, 1], block=[block_threads, 1, 1], stream=stream)
         else:
             kernel(
                 tma_a, t_a, tma_t, t_t, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
@@ -641,8 +714,10 @@ def compile_mx_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
     ``mxfp4`` or ``mxfp8``).
 
     The compiled object takes ``(a, payload, scale_bytes, out, seg_start, counts,
-    row_scale, pre_scale, m_cap, E, use_scale, use_pre, clamp, stream)``; ``ptrs`` (the
-    eight pointers) default to fake addresses (the offline compile gate).
+    row_scale, pre_scale, m_cap, E, use_scale, use_pre, clamp, partials, arrivals,
+    partial_rows, stream)`` (the last three: the split-K workspace, ``split_k``; unused by a
+    variant without split-K); ``ptrs`` (the ten pointers) default to fake addresses (the
+    offline compile gate).
     """
     cfg = cfg if cfg is not None else mx_default_config(n, weights)
     if n % cfg.tile_n or k % TILE_K:
@@ -652,11 +727,12 @@ def compile_mx_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
             _fake_ptr(BFloat16, 16), _fake_ptr(Uint8, 16), _fake_ptr(Uint8, 16),
             _fake_ptr(Float32 if out_f32 else BFloat16, 4 if out_f32 else 2),
             _fake_ptr(Int32, 4), _fake_ptr(Int32, 4), _fake_ptr(Float32, 4),
-            _fake_ptr(Float32, 16),
+            _fake_ptr(Float32, 16), _fake_ptr(Float32, 16), _fake_ptr(Int32, 4),
         )
     return cute.compile(
-        _make(mode, n, k, cfg, out_f32, weights), *ptrs, Int32(TILE_M), Int32(1), Int32(0),
-        Int32(0), Float32(0.0), stream if stream is not None else cuda.CUstream(0),
+        _make(mode, n, k, cfg, out_f32, weights), *ptrs[:8], Int32(TILE_M), Int32(1), Int32(0),
+        Int32(0), Float32(0.0), *ptrs[8:], Int32(1),
+        stream if stream is not None else cuda.CUstream(0),
     )
 
 
@@ -730,3 +806,16 @@ def build_mxfp8_gemm_plain_specialized_m64():
 def build_nvfp4_gemm_swiglu_specialized_m64():
     return compile_mx_gemm("swiglu", 256, 256, KernelConfig(64, 2, tile_m=64, specialized=True),
                            out_f32=True, weights="nvfp4")
+
+
+@register_kernel("grouped_gemm_mxfp4_swiglu_f32_k256_n256_m64n64s3wsk4")
+def build_mxfp4_gemm_swiglu_split_k():
+    return compile_mxfp4_gemm("swiglu", 256, 256,
+                              KernelConfig(64, 3, tile_m=64, specialized=True, splits=4),
+                              out_f32=True)
+
+
+@register_kernel("grouped_gemm_mxfp4_plain_k512_n192_m64n64s3wsk2")
+def build_mxfp4_gemm_plain_split_k():
+    return compile_mxfp4_gemm("plain", 192, 512,
+                              KernelConfig(64, 3, tile_m=64, specialized=True, splits=2))

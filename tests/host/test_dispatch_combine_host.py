@@ -258,3 +258,17 @@ def test_launcher_constants_match_the_kernel_modules() -> None:
     assert combine_api.THREADS == combine_kernel.THREADS
     for vec in (combine_api.VEC_WIDE, 1):
         assert combine_kernel.pointer_align(vec) == 2 * vec
+
+
+@pytest.mark.parametrize(("world", "capacity", "top_k", "plan"), [
+    (1, 1, 1, "one-launch"), (1, 256, 8, "one-launch"), (1, 2048, 1, "one-launch"),
+    (1, 257, 8, "four-launches"), (1, 2049, 1, "four-launches"), (2, 1, 1, "four-launches"),
+])
+def test_one_rank_with_at_most_a_tile_of_slots_takes_the_one_launch_kernel(world, capacity,
+                                                                          top_k, plan) -> None:
+    """``kernel_plan``: fixed by the shape (one rank, ``C*K <= TILE``), never by the ids."""
+    from megamoe.dispatch import LayoutShape, kernel_plan
+    from megamoe.dispatch.api import TILE
+
+    assert TILE == 2048
+    assert kernel_plan(LayoutShape(world, capacity, top_k, 2 * world)) == plan

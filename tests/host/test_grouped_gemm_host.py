@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from megamoe.errors import ConfigError
 from megamoe.experts import api
@@ -179,6 +181,21 @@ def test_capacity_rows_holds_the_padded_segments(counts):
     cap = capacity_rows(sum(counts), len(counts))
     assert cap % TILE_M == 0
     assert int(padded_segment_starts(torch.tensor(counts, dtype=torch.int32))[-1]) <= cap
+
+
+@given(st.lists(st.integers(0, 3 * TILE_M), min_size=1, max_size=300), st.integers(0, 300))
+def test_capacity_rows_holds_every_split_and_pads_only_experts_that_can_have_rows(counts, rows):
+    """Any split of the rows fits; with fewer rows than experts, only as many experts can
+    have rows (and pad) as there are rows: 8 routes over DeepSeek's 256 experts need 8
+    padded segments (1024 rows), not 256 (32 K rows, each a tile of dead CTAs)."""
+    cap = capacity_rows(sum(counts), len(counts))
+    assert int(padded_segment_starts(torch.tensor(counts, dtype=torch.int32))[-1]) <= cap
+    worst = [1] * min(rows, 256) + [0] * (256 - min(rows, 256))  # one row per expert
+    worst[0] += rows - sum(worst)
+    tight = capacity_rows(rows, 256)
+    assert int(padded_segment_starts(torch.tensor(worst, dtype=torch.int32))[-1]) <= tight
+    assert tight <= rows + min(rows, 256) * (TILE_M - 1) + TILE_M
+    assert capacity_rows(8, 256) == 8 * TILE_M
 
 
 # ----------------------------------------------------------------------------- metadata checks

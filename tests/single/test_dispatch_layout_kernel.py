@@ -14,7 +14,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fixtures.scenarios import make_sequence
-from megamoe.dispatch import PATH_KERNEL, LayoutShape, LayoutWorkspace, dispatch_layout, warmup
+from megamoe.dispatch import (
+    PATH_KERNEL,
+    PLAN_FOUR_LAUNCHES,
+    PLAN_ONE_LAUNCH,
+    LayoutShape,
+    LayoutWorkspace,
+    dispatch_layout,
+    kernel_plan,
+    warmup,
+)
 from megamoe.graphs import capture
 from oracle.routing import dispatch_layout as oracle_layout
 from oracle.routing import stage_routes
@@ -99,9 +108,17 @@ def test_layout_kernel_equals_oracle_bitwise(cuda_device, case) -> None:
         (2, 3000, 16, 1024, "random"),
         (1, 1, 1, 1, "dense"),
         (3, 700, 5, 3, "skewed"),
+        (1, 256, 8, 256, "random"),  # one launch from here: one rank, C*K <= 2048
+        (1, 256, 8, 256, "dense"),
+        (1, 2048, 1, 1024, "skewed"),
+        (1, 128, 16, 7, "last_row_only"),
+        (1, 2, 8, 1024, "all_masked"),
     ],
 )
 def test_layout_kernel_named_cases(cuda_device, world, capacity, top_k, experts, pattern):
+    plan = kernel_plan(LayoutShape(world, capacity, top_k, experts))
+    assert plan == (PLAN_ONE_LAUNCH if world == 1 and capacity * top_k <= 2048
+                    else PLAN_FOUR_LAUNCHES)
     ranks = [r.to(cuda_device)
              for r in _staged(17, world, capacity, top_k, experts, pattern, 0.3, True)]
     got = dispatch_layout(ranks, experts, world, use_kernel=True)
@@ -109,8 +126,10 @@ def test_layout_kernel_named_cases(cuda_device, world, capacity, top_k, experts,
     assert_layout_equal(got.trimmed(), oracle_layout(ranks, experts, world))
 
 
-def test_layout_kernel_writes_no_byte_outside_its_regions(cuda_device) -> None:
-    world, capacity, top_k, experts = 3, 777, 5, 12
+@pytest.mark.parametrize(("world", "capacity", "top_k", "experts"),
+                         [(3, 777, 5, 12), (1, 250, 8, 12)], ids=["four-launches", "one-launch"])
+def test_layout_kernel_writes_no_byte_outside_its_regions(cuda_device, world, capacity, top_k,
+                                                          experts) -> None:
     ranks = [r.to(cuda_device)
              for r in _staged(5, world, capacity, top_k, experts, "random", 0.4, True)]
     ws = LayoutWorkspace(LayoutShape(world, capacity, top_k, experts), cuda_device)
@@ -129,10 +148,11 @@ def test_layout_kernel_writes_no_byte_outside_its_regions(cuda_device) -> None:
     assert_layout_equal(res.trimmed(), oracle_layout(ranks, experts, world))
 
 
-def test_planted_unstable_order_is_caught_on_kernel_output(cuda_device) -> None:
-    ranks = [r.to(cuda_device) for r in _staged(9, 2, 64, 4, 4, "dense", 0.0, False)]
-    got = dispatch_layout(ranks, 4, 2, use_kernel=True).trimmed()
-    want = oracle_layout(ranks, 4, 2)
+@pytest.mark.parametrize("world", [2, 1], ids=["four-launches", "one-launch"])
+def test_planted_unstable_order_is_caught_on_kernel_output(cuda_device, world) -> None:
+    ranks = [r.to(cuda_device) for r in _staged(9, world, 64, 4, 4, "dense", 0.0, False)]
+    got = dispatch_layout(ranks, 4, world, use_kernel=True).trimmed()
+    want = oracle_layout(ranks, 4, world)
     assert_layout_equal(got, want)
     order = got.order.clone()
     order[[0, 1]] = order[[1, 0]]  # same expert (dense: expert 0 has many entries), swapped
@@ -152,7 +172,7 @@ def _stage_state(state, capacity: int, device) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize(
     ("world", "capacity", "top_k", "experts"),
-    [(1, 4096, 8, 128), (4, 300, 4, 32), (8, 160, 16, 64)],
+    [(1, 4096, 8, 128), (4, 300, 4, 32), (8, 160, 16, 64), (1, 256, 8, 256)],
 )
 def test_layout_graph_replays_changing_routes_equal_eager_and_oracle(
     cuda_device, world, capacity, top_k, experts
@@ -199,3 +219,14 @@ def test_sanitizer_case_layout_small(cuda_device) -> None:
     got = dispatch_layout(ranks, experts, world, use_kernel=True)
     assert got.path == PATH_KERNEL
     assert_layout_equal(got.trimmed(), oracle_layout(ranks, experts, world))
+
+
+@pytest.mark.sanitizer
+def test_sanitizer_case_layout_one_launch(cuda_device) -> None:
+    """Designated small case of the one-launch layout (one rank, C*K <= 2048)."""
+    capacity, top_k, experts = 200, 8, 64
+    assert kernel_plan(LayoutShape(1, capacity, top_k, experts)) == PLAN_ONE_LAUNCH
+    ids = _staged(22, 1, capacity, top_k, experts, "random", 0.3, True)[0].to(cuda_device)
+    got = dispatch_layout(ids, experts, 1, use_kernel=True)
+    assert got.path == PATH_KERNEL
+    assert_layout_equal(got.trimmed(), oracle_layout([ids], experts, 1))

@@ -18,7 +18,12 @@ import torch
 
 from megamoe.errors import ConfigError
 from megamoe.experts import api
-from megamoe.experts.api import grouped_gemm, grouped_gemm_torch, padded_segment_starts
+from megamoe.experts.api import (
+    SplitKWorkspace,
+    grouped_gemm,
+    grouped_gemm_torch,
+    padded_segment_starts,
+)
 from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.experts.mxfp4_gemm_kernel import CONFIGS_BY_FORMAT, MXFP4_CONFIGS
 from oracle.formats import dequantize_mxfp4
@@ -37,11 +42,23 @@ CFG_IDS = [c.name for c in MXFP4_CONFIGS]
 SHAPES = {"swiglu": (640, 256), "plain": (576, 384)}  # (K, N): K spans > stages k tiles
 
 
-def _run(case, mode, clamp, cfg=None, b=None):
+def split_workspace_for(case, mode, cfg) -> SplitKWorkspace | None:
+    """A fresh split-K workspace for ``case`` when ``cfg`` splits K (rows: all of ``M_cap``)."""
+    if cfg is None or cfg.splits == 1:
+        return None
+    m_cap, k = case["a"].shape
+    n = case["out"].shape[1] * (2 if mode == "swiglu" else 1)
+    return SplitKWorkspace.create(cfg, n, k, m_cap, m_cap, case["a"].device)
+
+
+def _run(case, mode, clamp, cfg=None, b=None, ws=None):
+    ws = ws if ws is not None else split_workspace_for(case, mode, cfg)
     path = grouped_gemm(case["a"], case["b"] if b is None else b, case["seg"], case["counts"],
                         case["out"], mode=mode, row_scale=case["scale"], clamp=clamp,
-                        config=cfg, pre_scale=case["pre"])
+                        config=cfg, pre_scale=case["pre"], split_workspace=ws)
     assert path == api.PATH_KERNEL
+    if ws is not None:
+        assert int(ws.arrivals.count_nonzero()) == 0, "split-K counters not reset"
 
 
 def _torch_rows(case, mode, clamp):
