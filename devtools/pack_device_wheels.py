@@ -1,0 +1,105 @@
+"""Repack ``.whl`` for the device machine's 64 MiB limit: ``python -m devtools.pack_device_wheels``.
+
+The device copies the working tree plus the carried paths, at most 64 MiB (docs/gpu.md).
+``../shared/device/fetch-wheels.sh`` leaves the CuTe DSL wheel (59 MB, a zip) in ``.whl``;
+the tree (docs included) is about 8 MB and grows every session, so by session 20 less than
+1 MB was left. This tool turns the wheel into ``.whl/site.tar.xz``: the files ``pip install
+--target`` would place, with their modes, xz-compressed (about 41 MB). It moves every wheel
+to ``.whl-spare/`` (the nvshmem wheel is not needed on one GPU) and writes
+``.whl/prelude.sh``, which unpacks the archive with Python's ``tarfile`` (no pip, no xz
+binary needed on the device) and sets the same environment as the shared prelude. Safe to
+rerun: with no wheel left in ``.whl`` it only rewrites the prelude.
+
+Written here rather than using pip: pip installs a wheel but cannot repack one; the
+standard library's ``zipfile``, ``tarfile`` and ``lzma`` do the rest.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from pathlib import Path
+
+ARCHIVE = "site.tar.xz"
+SPARE = ".whl-spare"
+DSL_WHEEL_GLOB = "nvidia_cutlass_dsl-*.whl"
+PRELUDE = """\
+# Source this at the start of every command on the GPU machine:
+#   source .whl/prelude.sh && <your command>
+# Unpacks the CuTe DSL (devtools/pack_device_wheels.py) into $MEGAMOE_DEVICE_SITE (default
+# /tmp/site) once, then sets the environment.
+SITE=${MEGAMOE_DEVICE_SITE:-/tmp/site}
+if [ ! -d "$SITE/nvidia_cutlass_dsl" ]; then
+  python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='tar')" \\
+    .whl/site.tar.xz "$SITE" || return 1
+fi
+export PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/python_packages:$PWD${PYTHONPATH:+:$PYTHONPATH}
+export CUTE_DSL_ARCH=${CUTE_DSL_ARCH:-sm_90a}
+# NVLink multicast stays off on shared hosts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+"""
+
+
+def wheel_to_tar_xz(wheel: Path, out: Path, preset: int = 6) -> int:
+    """Write every file of ``wheel`` into the xz tar ``out`` under its path in the wheel,
+    with its Unix mode (0644 when the zip holds none) and time; returns the file count.
+    Written to a ``.part`` file first, so an interrupted run leaves no truncated archive."""
+    part = out.with_name(out.name + ".part")
+    count = 0
+    with zipfile.ZipFile(wheel) as zf, tarfile.open(part, "w:xz", preset=preset) as tf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            data = zf.read(info)
+            member = tarfile.TarInfo(info.filename)
+            member.size = len(data)
+            member.mode = (info.external_attr >> 16) & 0o777 or 0o644
+            member.mtime = int(time.mktime((*info.date_time, 0, 0, -1)))
+            tf.addfile(member, io.BytesIO(data))
+            count += 1
+    part.replace(out)
+    return count
+
+
+def pack(root: Path) -> Path:
+    """Repack ``root/.whl`` (module docstring); returns the archive's path."""
+    whl = root / ".whl"
+    wheels = sorted(whl.glob(DSL_WHEEL_GLOB))
+    if len(wheels) > 1:
+        raise SystemExit(f"more than one CuTe DSL wheel in {whl}: {[w.name for w in wheels]}")
+    archive = whl / ARCHIVE
+    if wheels:
+        n = wheel_to_tar_xz(wheels[0], archive)
+        print(f"{wheels[0].name}: {n} files -> {archive} ({archive.stat().st_size >> 20} MiB)")
+    if not archive.is_file():
+        raise SystemExit(f"no {DSL_WHEEL_GLOB} and no {ARCHIVE} in {whl}: run "
+                         "../shared/device/fetch-wheels.sh first")
+    spare = root / SPARE
+    spare.mkdir(exist_ok=True)
+    for wheel in sorted(whl.glob("*.whl")):
+        wheel.replace(spare / wheel.name)
+    prelude = whl / "prelude.sh"
+    prelude.unlink(missing_ok=True)  # the shared copy is read-only
+    prelude.write_text(PRELUDE)
+    exclude = root / ".git" / "info" / "exclude"
+    if exclude.parent.is_dir():
+        lines = exclude.read_text().splitlines() if exclude.is_file() else []
+        if f"/{SPARE}/" not in lines:
+            exclude.write_text("\n".join([*lines, f"/{SPARE}/"]) + "\n")
+    return archive
+
+
+def main() -> int:
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    pack(Path(top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
