@@ -8,8 +8,9 @@ all 32 lanes of the warp (warp-uniform control flow).
 from __future__ import annotations
 
 from cutlass import Int32
-from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import T, dsl_user_op
+from cutlass.cutlass_dsl import dsl_user_op
+
+from megamoe.ptx import asm_i32
 
 FULL_MASK = -1  # 0xFFFFFFFF as a signed 32-bit value
 
@@ -17,34 +18,12 @@ FULL_MASK = -1  # 0xFFFFFFFF as a signed 32-bit value
 @dsl_user_op
 def match_any(key: Int32, *, loc=None, ip=None) -> Int32:
     """Mask of the lanes of this warp whose ``key`` equals this lane's ``key``."""
-    return Int32(
-        llvm.inline_asm(
-            T.i32(),
-            [Int32(key).ir_value(loc=loc, ip=ip)],
-            "match.any.sync.b32 $0, $1, 0xffffffff;",
-            "=r,r",
-            has_side_effects=True,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
+    return asm_i32("match.any.sync.b32 $0, $1, 0xffffffff;", "=r,r", [Int32(key)],
+                   side_effects=True, loc=loc, ip=ip)
 
 
 @dsl_user_op
 def lanemask_lt(*, loc=None, ip=None) -> Int32:
     """Bits of the lanes below this lane (``%lanemask_lt``)."""
-    return Int32(
-        llvm.inline_asm(
-            T.i32(),
-            [],
-            "mov.u32 $0, %lanemask_lt;",
-            "=r",
-            has_side_effects=False,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
+    return asm_i32("mov.u32 $0, %lanemask_lt;", "=r", [], side_effects=False, loc=loc,
+                   ip=ip)

@@ -111,7 +111,7 @@ def capacity_rows(total_rows: int, num_experts: int, tile_m: int = TILE_M) -> in
     """An ``M_cap`` that holds any split of ``total_rows`` over ``num_experts`` padded segments:
     at most ``min(E, total_rows)`` experts have rows, and each pads fewer than ``tile_m``
     (an expert without rows pads none). Kept tight because the MX kernels launch one CTA
-    per tile of ``M_cap`` (dead ones exit at once, but each launch costs: about 0.8 ns per
+    per tile of ``M_cap`` (dead ones exit at once, but each launch costs: about 0.64 ns per
     CTA on the H200, 45 us of a one-row DeepSeek FC2 with ``E * 127`` padding rows;
     docs/perf.md, "Session 19")."""
     need = total_rows + min(num_experts, total_rows) * (tile_m - 1)

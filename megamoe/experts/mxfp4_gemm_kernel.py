@@ -71,11 +71,10 @@ from megamoe.experts.grouped_gemm_kernel import (
     tma_mainloop,
 )
 from megamoe.experts.packed_decode import (
-    E2M1_REBIAS_BF16X2,
     E4M3_REBIAS_BF16X2,
     bf16_pair,
     bf16x2_mul,
-    e2m1_pair_bits,
+    e2m1_word_bf16x2,
     e4m3_pair_bits,
     has_e4m3_nan,
 )
@@ -273,8 +272,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     def decode(s_qw: cute.Tensor, s_s: cute.Tensor, s_b32: cute.Tensor, b_outer: cute.Layout,
                wrow: Int32, b0: Int32, stage: Int32, buf: Int32, kt: Int32):
         """Decode this thread's weight words of one stage into bf16 B buffer ``buf``: one
-        vector load of the words, then per pair of elements the placed bits and two bf16x2
-        products (``packed_decode``): exactly the float32 ``value * scale`` rounded to bf16
+        vector load of the words, then per pair of elements the exact bf16x2 values (E2M1:
+        byte permutes; E4M3: placed bits and a rebias product) and one bf16x2 product with
+        the block scale (``packed_decode``): exactly the float32 ``value * scale`` rounded to bf16
         (or NaN for a NaN scale or an E4M3 NaN byte, +-Inf past bf16's range)."""
         q = cute.make_rmem_tensor(cute.make_layout(words_per_thread), Int32)
         q.store(s_qw[wrow, b0 // bytes_per_thread, None, stage].load())
@@ -283,16 +283,21 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         # its bf16 bits exactly (an E8M0 or E4M3 value has at most 4 significant bits)
         scales = [bf16_pair(f2i(block_scale(Int32(s_s[wrow, blk + i]) & 0xFF)) >> 16)
                   for i in range(thread_blocks)]
-        rebias = Int32(E2M1_REBIAS_BF16X2 if fp4 else E4M3_REBIAS_BF16X2)
+        rebias = Int32(E4M3_REBIAS_BF16X2)
         for c in cutlass.range_constexpr(chunks_per_thread):
             scale = scales[c * CHUNK // sblock]
             frag = cute.make_rmem_tensor(cute.make_layout(CHUNK // 2), Int32)
             for w in cutlass.range_constexpr(words_per_chunk):
                 x = q[c * words_per_chunk + w]
                 pairs = 4 if fp4 else 2
-                for j in cutlass.range_constexpr(pairs):
-                    bits = e2m1_pair_bits(x, j) if fp4 else e4m3_pair_bits(x, j)
-                    frag[w * pairs + j] = bf16x2_mul(bf16x2_mul(bits, rebias), scale)
+                if cutlass.const_expr(fp4):  # the exact values by byte permutes
+                    exact = e2m1_word_bf16x2(x)
+                    for j in cutlass.range_constexpr(pairs):
+                        frag[w * pairs + j] = bf16x2_mul(exact[j], scale)
+                else:  # placed bits worth x * 2**-120, rebiased exactly
+                    for j in cutlass.range_constexpr(pairs):
+                        frag[w * pairs + j] = bf16x2_mul(
+                            bf16x2_mul(e4m3_pair_bits(x, j), rebias), scale)
                 if cutlass.const_expr(not fp4):  # noqa: SIM102 (a compile-time test, then a run-time one)
                     if has_e4m3_nan(x):
                         for j in cutlass.range_constexpr(pairs):

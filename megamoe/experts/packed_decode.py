@@ -1,19 +1,32 @@
-"""Weight decode to bf16 pairs by bit placement and two bf16x2 products (CuTe DSL, sm_90).
+"""Weight decode to bf16 pairs in registers (CuTe DSL, sm_90): byte permutes for E2M1, bit
+placement for E4M3, then one bf16x2 product with the block scale.
 
 The MX GEMM mainloop (``mxfp4_gemm_kernel``) turns each 32-bit word of packed weights into
 bf16x2 words (two elements along K) and multiplies them by their block scale, all in
 registers: no table lookups in shared memory and no float32 -> bf16 conversions, the two
 costs that bounded the earlier table decode.
 
-Element ``x`` of a format with ``p`` mantissa bits and exponent bias ``b`` has the bits
+E2M1 (MXFP4, NVFP4): the eight magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are all exact bf16
+values, so their low and high bf16 bytes are two 8-entry tables of two 32-bit words each
+(``E2M1_LO_LUT``, ``E2M1_HI_LUT``). One ``prmt.b32`` looks up four codes' bytes at once (its
+selector nibbles are the codes' magnitude bits; the nibble's top bit, which would switch
+``prmt`` to sign replication, is masked off), a third adds the sign bytes (``SIGN_LUT``
+indexed by each code's sign bit), and two more interleave low and high bytes into two
+bf16x2 words: 17 integer instructions per word of eight codes (``e2m1_word_bf16x2``),
+against 32 for the bit placement below (session 20, docs/perf.md). The bf16 is exactly the
+code's value; one bf16x2 product with the block scale then rounds once.
+
+E4M3 (MXFP8): element ``x`` with ``p`` mantissa bits and exponent bias ``b`` has the bits
 ``s | e | m``. Placing them in a bf16 as ``s`` at bit 15 and ``e | m`` right below the
 bf16 exponent's low bits (``m`` on mantissa bits ``6 - p + 1 .. 6``) gives the bf16 whose
 value is exactly ``x * 2**-(127 - b)``: for ``e > 0`` the exponent field is ``e`` (bias
 127 instead of ``b``) and the mantissa is ``m``; for ``e = 0`` the bf16 is subnormal with
 mantissa ``m``, the same ``m * 2**(1 - b - p)`` scaled the same way. One bf16x2 product
-with ``2**(127 - b)`` (``REBIAS``; exact: the result is normal, at most 4 significant bits)
-restores ``x``; a second product with the block scale (a power of two for E8M0; an E4M3
-value for NVFP4) rounds once to bf16. That is the value the table decode computed (float32
+with ``2**(127 - b)`` (``E4M3_REBIAS_BF16X2``; exact: the result is normal, at most 4
+significant bits) restores ``x``.
+
+Either way the product with the block scale (a power of two for E8M0; an E4M3 value for
+NVFP4) rounds once to bf16. That is the value the table decode computed (float32
 ``x * scale``, exact, then one rounding to bf16): ``x`` has at most 2 (E2M1) or 4 (E4M3)
 significant bits and the scale 1 or 4, so the float32 product is exact and both paths round
 the same real number once (CONTRACTS.md s4; the exhaustive decode tests in
@@ -23,19 +36,53 @@ E4M3 NaN (``e | m`` all ones) has no such placement; ``e4m3_pair_bits``' callers
 word for NaN bytes (``has_e4m3_nan``) and decode those words byte by byte.
 
 PTX ``mul.rn.bf16x2`` (sm_90) keeps subnormal inputs and outputs (bf16 has no ``.ftz``);
-the CuTe DSL 4.3.5 has no bf16x2 arithmetic, hence the inline PTX.
+the CuTe DSL 4.3.5 has no bf16x2 arithmetic or byte permute, hence the inline PTX
+(``megamoe.ptx``).
 """
 
 from __future__ import annotations
 
+import struct
+
 import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
-from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import T, dsl_user_op
+from cutlass.cutlass_dsl import dsl_user_op
 
-E2M1_REBIAS_BF16X2 = 0x7E807E80
-"""``2**126`` in both halves: E2M1 (bias 1) placed at bf16 bias 127."""
+from megamoe.ptx import asm_i32
+
+E2M1_MAGNITUDES = tuple((1 + m / 2) * 2.0 ** (e - 1) if e else m / 2
+                        for e in range(4) for m in range(2))
+"""The E2M1 magnitudes by code bits ``e | m`` (bias 1, one mantissa bit; CONTRACTS.md s4):
+0, 0.5, 1, 1.5, 2, 3, 4, 6, all exact in bf16."""
+
+
+def _bf16_bytes(value: float) -> tuple[int, int]:
+    """(low, high) byte of ``value``'s bf16 bits (exact values only: the float32 bits'
+    high half)."""
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    assert bits & 0xFFFF == 0, f"{value} is not exact in bf16"
+    return (bits >> 16) & 0xFF, bits >> 24
+
+
+def _lut(byte_of: int) -> tuple[int, int]:
+    """The 8-entry byte table of the E2M1 magnitudes' bf16 byte ``byte_of`` (0: low, 1:
+    high) as ``prmt``'s two source words: entries 0-3, entries 4-7 (little-endian)."""
+    table = [_bf16_bytes(v)[byte_of] for v in E2M1_MAGNITUDES]
+    return tuple(int.from_bytes(bytes(table[i:i + 4]), "little") for i in (0, 4))
+
+
+E2M1_LO_LUT = _lut(0)
+"""``prmt`` sources: low bf16 byte of each E2M1 magnitude (0x00, 0x00, 0x80, 0xC0, ...)."""
+E2M1_HI_LUT = _lut(1)
+"""``prmt`` sources: high bf16 byte of each E2M1 magnitude (0x00, 0x3F, 0x3F, 0x3F, 0x40,
+...)."""
+SIGN_LUT = 0x00008000
+"""``prmt`` source: byte 0 is 0x00 (sign bit clear), byte 1 is 0x80 (a bf16's sign bit in
+its high byte)."""
+INTERLEAVE_LO, INTERLEAVE_HI = 0x5140, 0x7362
+"""``prmt`` selectors taking bytes (low 0, high 0, low 1, high 1) and (low 2, high 2, low 3,
+high 3) of (low-byte word, high-byte word): two bf16x2 words in K order."""
 E4M3_REBIAS_BF16X2 = 0x7B807B80
 """``2**120`` in both halves: E4M3 (bias 7) placed at bf16 bias 127."""
 
@@ -43,19 +90,17 @@ E4M3_REBIAS_BF16X2 = 0x7B807B80
 @dsl_user_op
 def bf16x2_mul(a: Int32, b: Int32, *, loc=None, ip=None) -> Int32:
     """Lane-wise ``a * b`` of two bf16x2 words, rounded to nearest even (``mul.rn.bf16x2``)."""
-    return Int32(
-        llvm.inline_asm(
-            T.i32(),
-            [Int32(a).ir_value(loc=loc, ip=ip), Int32(b).ir_value(loc=loc, ip=ip)],
-            "mul.rn.bf16x2 $0, $1, $2;",
-            "=r,r,r",
-            has_side_effects=False,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
+    return asm_i32("mul.rn.bf16x2 $0, $1, $2;", "=r,r,r", [Int32(a), Int32(b)],
+                   side_effects=False, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def prmt(a: Int32, b: Int32, sel: Int32, *, loc=None, ip=None) -> Int32:
+    """``prmt.b32``: byte ``i`` of the result is byte ``sel[4i+2:4i]`` of the eight bytes
+    ``{b, a}`` (0-3 from ``a``); a selector nibble with its top bit set replicates that
+    byte's sign bit instead (callers keep it clear); ``sel`` bits 16-31 are ignored."""
+    return asm_i32("prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", [Int32(a), Int32(b), Int32(sel)],
+                   side_effects=False, loc=loc, ip=ip)
 
 
 @cute.jit
@@ -65,14 +110,22 @@ def bf16_pair(bits16: Int32) -> Int32:
     return lo | (lo << 16)
 
 
-@cute.jit
-def e2m1_pair_bits(x: Int32, j: cutlass.Constexpr[int]) -> Int32:
-    """Codes ``2j`` (low nibble of byte ``j``) and ``2j + 1`` of the packed word ``x`` as
-    bf16x2 bits, each worth ``e2m1(code) * 2**-126`` (module docstring)."""
-    lo = (x >> (8 * j)) & 0xF
-    hi = (x >> (8 * j + 4)) & 0xF
-    p = lo | (hi << 16)
-    return ((p & 0x70007) << 6) | ((p & 0x80008) << 12)
+def e2m1_word_bf16x2(x: Int32) -> list[Int32]:
+    """The eight E2M1 codes of the packed word ``x`` (code ``i`` in bits ``4i .. 4i+3``) as
+    four bf16x2 words of their exact values, codes (0, 1), (2, 3), (4, 5), (6, 7) (module
+    docstring). Called inside a kernel's trace."""
+    mag = x & 0x77777777  # each code's e | m: selector nibbles with the top bit clear
+    sgn = (x >> 3) & 0x11111111  # each code's sign bit as a 0 / 1 nibble
+    out = []
+    for half in range(2):  # codes 4 * half .. 4 * half + 3: prmt reads 16 selector bits
+        m = mag if half == 0 else mag >> 16
+        s = sgn if half == 0 else sgn >> 16
+        lo = prmt(Int32(E2M1_LO_LUT[0]), Int32(E2M1_LO_LUT[1]), m)
+        hi = prmt(Int32(E2M1_HI_LUT[0]), Int32(E2M1_HI_LUT[1]), m) | prmt(
+            Int32(SIGN_LUT), Int32(0), s)
+        out.append(prmt(lo, hi, Int32(INTERLEAVE_LO)))
+        out.append(prmt(lo, hi, Int32(INTERLEAVE_HI)))
+    return out
 
 
 @cute.jit

@@ -29,9 +29,10 @@ far inside the s8 tolerances. No default picks a split-K variant (measured:
 ``mxfp4_gemm_kernel.SPLIT_K_NOTE``).
 
 The workspace (``SplitKWorkspace``) belongs to one GEMM at a time: two launches that run
-concurrently must not share one. Its ``rows`` must be at least the number of live rows of any
-launch (the sum of the live counts; ``M_cap`` always suffices). A row whose rank falls past ``rows`` (metadata outside the API's
-contract) is neither written nor read: memory stays safe, that row's output is undefined.
+concurrently must not share one. Its ``rows`` must be at least the number of live rows of
+any launch (the sum of the live counts; ``M_cap`` always suffices). A row whose rank falls
+past ``rows`` (metadata outside the API's contract) is neither written nor read: memory
+stays safe, that row's output is undefined.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ import cutlass
 import cutlass.cute as cute
 import torch
 from cutlass import Int32, Int64
-from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import T, dsl_user_op
+from cutlass.cutlass_dsl import dsl_user_op
 
 from megamoe.experts.grouped_gemm_kernel import TILE_K, KernelConfig
+from megamoe.ptx import asm_i32
 
 ARRIVAL_BARRIER_ID = 2
 """Named barrier of the MMA warps around the arrival (id 1 is the decode warpgroup's)."""
@@ -89,19 +90,8 @@ def arrive(addr: Int64, *, loc=None, ip=None) -> Int32:
     """``atom.acq_rel.gpu.global.add.u32`` of 1 at global address ``addr``; returns the count
     before this arrival. The CuTe DSL 4.3.5 has no ordered global atomic, hence inline PTX;
     the memory clobber keeps the compiler from moving loads or stores across it."""
-    return Int32(
-        llvm.inline_asm(
-            T.i32(),
-            [Int64(addr).ir_value(loc=loc, ip=ip)],
-            "atom.acq_rel.gpu.global.add.u32 $0, [$1], 1;",
-            "=r,l,~{memory}",
-            has_side_effects=True,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
+    return asm_i32("atom.acq_rel.gpu.global.add.u32 $0, [$1], 1;", "=r,l,~{memory}",
+                   [Int64(addr)], side_effects=True, loc=loc, ip=ip)
 
 
 @cute.jit
