@@ -1,7 +1,7 @@
 # The next session's first device call, with docs/wip/s21-mx-depth.patch applied to main and
-# a copy of main's package in abase/ (untracked, so it travels; layer_stages needs the whole
-# package, 0.7 MB):
-#   mkdir abase && git archive main megamoe | tar -x -C abase
+# a copy of main's code in abase/ (untracked, so it travels; layer_stages needs the whole
+# package and the scenarios, 1.2 MB; python -m puts abase/ first on the path there):
+#   mkdir abase && git archive main megamoe fixtures oracle | tar -x -C abase
 #   run(command="bash docs/wip/gpu_call_next.sh", carry=[".whl"], timeout_s=570)
 # 1. GPU tests: every MXFP4 variant (the new m64n64s4ws / m64n64s6ws among them) and the
 #    layer tests (the new narrow defaults at the test shapes).
