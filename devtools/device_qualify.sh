@@ -1,0 +1,44 @@
+# Qualify the kernels on the device machine and bring back only what gets committed:
+#   run(command="bash devtools/device_qualify.sh single", carry=[".whl"], timeout_s=560)
+#   run(command="bash devtools/device_qualify.sh sanitize", carry=[".whl"], timeout_s=400)
+# A call returns at most 8 files from $OUT; qualify.py writes one log and one JUnit report
+# per suite or sanitized case (the sanitize suite about 25 per tool), so everything is
+# written under /tmp and $OUT gets: records/<suggested_record_name> (the records to commit
+# under docs/qualification/), summaries.md (every suite's summary, one after the other) and
+# logs.tgz with the rest: at most 6 files.
+# single: `single` alone on the GPU (it holds timing tests; docs/gpu.md), 8 xdist workers.
+# sanitize: the four compute-sanitizer tools in parallel.
+set -u
+what=${1:?usage: bash devtools/device_qualify.sh single|sanitize}
+source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
+export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
+Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
+mkdir -p /tmp/cc "$Q" "$OUT/records"
+case "$what" in
+  single)
+    python3 qualify.py --suite single --require-arch sm_90 --workers 8 --timeout 480 \
+      --output-dir "$Q/single" > "$Q/single.log" 2>&1
+    echo "single rc=$?" >> "$Q/rc.txt" ;;
+  sanitize)
+    for t in memcheck synccheck racecheck initcheck; do
+      (python3 qualify.py --suite sanitize --sanitizer-tool "$t" --require-arch sm_90 \
+         --timeout 280 --output-dir "$Q/san-$t" > "$Q/san-$t.log" 2>&1
+       echo "$t rc=$?" >> "$Q/rc.txt") &
+    done
+    wait ;;
+  *) echo "unknown: $what (single or sanitize)"; exit 2 ;;
+esac
+for rec in "$Q"/*/qualification.json; do
+  [ -f "$rec" ] || continue
+  dir=$(dirname "$rec")
+  name=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['suggested_record_name'])" "$rec")
+  cp "$rec" "$OUT/records/$name"
+  if [ -f "$dir/summary.md" ]; then
+    { echo "<!-- $(basename "$dir") -->"; cat "$dir/summary.md"; echo; } >> "$OUT/summaries.md"
+  fi
+done
+(cd "$Q" && tar czf "$OUT/logs.tgz" --exclude='*.cubin' .)
+cat "$Q/rc.txt"
+tail -n 2 "$Q"/*.log
+ls "$OUT/records"
+! grep -v "rc=0$" "$Q/rc.txt" > /dev/null  # the exit status: 0 only if every suite passed

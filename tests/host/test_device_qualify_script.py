@@ -1,0 +1,92 @@
+"""``devtools/device_qualify.sh``: the device returns at most 8 files from ``$OUT``, so the
+script must bring back every record under its suggested name, the summaries and the logs in
+at most that many files, and fail when a suite fails. Run here with a stand-in
+``qualify.py`` that writes what the real one writes (a record, a summary, one log and one
+JUnit report per case) in a scratch checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "devtools" / "device_qualify.sh"
+DEVICE_FILE_LIMIT = 8  # /work/.library/device/README.md: files back from $OUT
+TOOLS = ("memcheck", "synccheck", "racecheck", "initcheck")
+
+FAKE_QUALIFY = """
+import json, sys
+from pathlib import Path
+args = sys.argv[1:]
+out = Path(args[args.index("--output-dir") + 1])
+suite = args[args.index("--suite") + 1]
+tool = args[args.index("--sanitizer-tool") + 1] if "--sanitizer-tool" in args else None
+name = suite if tool is None else f"{suite}-{tool}"
+(out / "cases").mkdir(parents=True)
+for i in range(25):  # one log and one JUnit report per case, as the sanitize suite writes
+    (out / "cases" / f"case{i}.log").write_text("log")
+    (out / "cases" / f"case{i}.junit.xml").write_text("<x/>")
+status = "fail" if tool == "{failing}" else "pass"
+(out / "qualification.json").write_text(json.dumps(
+    {"status": status, "suggested_record_name": f"20261203T000000Z_{name}_abc.json"}))
+(out / "summary.md").write_text(f"# Qualification: {status.upper()} ({name})\\n")
+sys.exit(0 if status == "pass" else 1)
+"""
+
+
+def _run(tmp_path: Path, what: str, failing: str = "none") -> tuple[int, Path]:
+    repo, out = tmp_path / "repo", tmp_path / "out"
+    (repo / ".whl").mkdir(parents=True)
+    (repo / ".whl" / "prelude.sh").write_text("true\n")
+    (repo / "qualify.py").write_text(FAKE_QUALIFY.replace("{failing}", failing))
+    out.mkdir()
+    bindir = tmp_path / "bin"  # ``python3`` in the script: this interpreter
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(sys.executable)
+    env = {**os.environ, "OUT": str(out), "MEGAMOE_QUALIFY_TMP": str(tmp_path / "q"),
+           "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(SCRIPT), what], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=120)
+    return proc.returncode, out
+
+
+def _files(out: Path) -> list[Path]:
+    return sorted(p for p in out.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("what", ["single", "sanitize"])
+def test_every_record_comes_back_under_its_name_within_the_file_limit(tmp_path, what) -> None:
+    rc, out = _run(tmp_path, what)
+    assert rc == 0
+    files = _files(out)
+    assert len(files) <= DEVICE_FILE_LIMIT
+    suites = ["single"] if what == "single" else [f"sanitize-{t}" for t in TOOLS]
+    records = sorted(p.name for p in (out / "records").iterdir())
+    assert records == sorted(f"20261203T000000Z_{s}_abc.json" for s in suites)
+    for s in suites:
+        rec = json.loads((out / "records" / f"20261203T000000Z_{s}_abc.json").read_text())
+        assert rec["status"] == "pass"
+        assert f"({s})" in (out / "summaries.md").read_text()
+    with tarfile.open(out / "logs.tgz") as tar:
+        logs = [n for n in tar.getnames() if n.endswith(".log")]
+    assert len(logs) >= 25 * len(suites)  # every case's log, in one file
+
+
+def test_a_failing_suite_fails_the_script_and_its_record_still_comes_back(tmp_path) -> None:
+    rc, out = _run(tmp_path, "sanitize", failing="racecheck")
+    assert rc != 0
+    rec = json.loads((out / "records" / "20261203T000000Z_sanitize-racecheck_abc.json")
+                     .read_text())
+    assert rec["status"] == "fail"
+    assert len(list((out / "records").iterdir())) == len(TOOLS)
+
+
+def test_an_unknown_suite_is_refused(tmp_path) -> None:
+    rc, out = _run(tmp_path, "multi")
+    assert rc == 2
+    assert not list((out / "records").iterdir())
