@@ -7,7 +7,7 @@
 # under docs/qualification/), summaries.md (every suite's summary, one after the other) and
 # logs.tgz with the rest: at most 6 files.
 # single: `single` alone on the GPU (it holds timing tests; docs/gpu.md), 8 xdist workers.
-# sanitize: the four compute-sanitizer tools in parallel.
+# sanitize: the compute-sanitizer tools (tests.suites.SANITIZER_TOOLS) in parallel.
 set -u
 what=${1:?usage: bash devtools/device_qualify.sh single|sanitize}
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
@@ -20,7 +20,9 @@ case "$what" in
       --output-dir "$Q/single" > "$Q/single.log" 2>&1
     echo "single rc=$?" >> "$Q/rc.txt" ;;
   sanitize)
-    for t in memcheck synccheck racecheck initcheck; do
+    tools=$(python3 -c "from tests.suites import SANITIZER_TOOLS; print(*SANITIZER_TOOLS)") \
+      || { echo "cannot read the sanitizer tools (tests.suites)"; exit 1; }
+    for t in $tools; do
       (python3 qualify.py --suite sanitize --sanitizer-tool "$t" --require-arch sm_90 \
          --timeout 280 --output-dir "$Q/san-$t" > "$Q/san-$t.log" 2>&1
        echo "$t rc=$?" >> "$Q/rc.txt") &

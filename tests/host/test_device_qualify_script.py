@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "devtools" / "device_qualify.sh"
+from tests.suites import SANITIZER_TOOLS
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "devtools" / "device_qualify.sh"
 DEVICE_FILE_LIMIT = 8  # /work/.library/device/README.md: files back from $OUT
-TOOLS = ("memcheck", "synccheck", "racecheck", "initcheck")
 
 FAKE_QUALIFY = """
 import json, sys
@@ -49,7 +51,8 @@ def _run(tmp_path: Path, what: str, failing: str = "none") -> tuple[int, Path]:
     bindir.mkdir()
     (bindir / "python3").symlink_to(sys.executable)
     env = {**os.environ, "OUT": str(out), "MEGAMOE_QUALIFY_TMP": str(tmp_path / "q"),
-           "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+           "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT)}  # the script reads the tool list from tests.suites
     proc = subprocess.run(["bash", str(SCRIPT), what], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=120)
     return proc.returncode, out
@@ -65,7 +68,7 @@ def test_every_record_comes_back_under_its_name_within_the_file_limit(tmp_path, 
     assert rc == 0
     files = _files(out)
     assert len(files) <= DEVICE_FILE_LIMIT
-    suites = ["single"] if what == "single" else [f"sanitize-{t}" for t in TOOLS]
+    suites = ["single"] if what == "single" else [f"sanitize-{t}" for t in SANITIZER_TOOLS]
     records = sorted(p.name for p in (out / "records").iterdir())
     assert records == sorted(f"20261203T000000Z_{s}_abc.json" for s in suites)
     for s in suites:
@@ -83,7 +86,7 @@ def test_a_failing_suite_fails_the_script_and_its_record_still_comes_back(tmp_pa
     rec = json.loads((out / "records" / "20261203T000000Z_sanitize-racecheck_abc.json")
                      .read_text())
     assert rec["status"] == "fail"
-    assert len(list((out / "records").iterdir())) == len(TOOLS)
+    assert len(list((out / "records").iterdir())) == len(SANITIZER_TOOLS)
 
 
 def test_an_unknown_suite_is_refused(tmp_path) -> None:

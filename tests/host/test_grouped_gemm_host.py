@@ -195,6 +195,10 @@ def test_capacity_rows_holds_every_split_and_pads_only_experts_that_can_have_row
     tight = capacity_rows(rows, 256)
     assert int(padded_segment_starts(torch.tensor(worst, dtype=torch.int32))[-1]) <= tight
     assert tight <= rows + min(rows, 256) * (TILE_M - 1) + TILE_M
+
+
+def test_one_token_at_deepseek_needs_eight_padded_segments() -> None:
+    """8 routes over 256 experts: 8 tiles of rows, not 256 (docs/perf.md, "Session 19")."""
     assert capacity_rows(8, 256) == 8 * TILE_M
 
 
