@@ -1,6 +1,7 @@
 # Qualify the kernels on the device machine and bring back only what gets committed:
 #   run(command="bash devtools/device_qualify.sh single", carry=[".whl"], timeout_s=560)
 #   run(command="bash devtools/device_qualify.sh sanitize", carry=[".whl"], timeout_s=400)
+#   run(command="bash devtools/device_qualify.sh sanitize racecheck", ...)  (one tool again)
 # A call returns at most 8 files from $OUT; qualify.py writes one log and one JUnit report
 # per suite or sanitized case (the sanitize suite about 25 per tool), so everything is
 # written under /tmp and $OUT gets: records/<suggested_record_name> (the records to commit
@@ -9,7 +10,7 @@
 # single: `single` alone on the GPU (it holds timing tests; docs/gpu.md), 8 xdist workers.
 # sanitize: the compute-sanitizer tools (tests.suites.SANITIZER_TOOLS) in parallel.
 set -u
-what=${1:?usage: bash devtools/device_qualify.sh single|sanitize}
+what=${1:?usage: bash devtools/device_qualify.sh single|sanitize [tool]}
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
@@ -22,6 +23,9 @@ case "$what" in
   sanitize)
     tools=$(python3 -c "from tests.suites import SANITIZER_TOOLS; print(*SANITIZER_TOOLS)") \
       || { echo "cannot read the sanitizer tools (tests.suites)"; exit 1; }
+    if [ -n "${2:-}" ]; then
+      case " $tools " in *" $2 "*) tools=$2 ;; *) echo "unknown tool: $2 (one of: $tools)"; exit 2 ;; esac
+    fi
     for t in $tools; do
       (python3 qualify.py --suite sanitize --sanitizer-tool "$t" --require-arch sm_90 \
          --timeout 280 --output-dir "$Q/san-$t" > "$Q/san-$t.log" 2>&1

@@ -313,19 +313,21 @@ def weight_kind(b) -> str:  # type: ignore[no-untyped-def]
     return "bf16" if kind is None else kind[0]
 
 
-def gemm_config(weights: str, n: int, routes: int | None = None) -> KernelConfig:
-    """The variant a caller should compile and run for weight kind ``weights`` and ``N``:
-    ``mx_default_config(N, weights, routes)`` for the block-scaled kinds (64-row tiles for a
-    small capacity), ``default_config(N, routes)`` for bf16 (narrow column tiles for a small
-    one), where ``routes`` is the caller's *static* route capacity (``C * K``). A layer picks
-    it once from its config, so the variant, and with it every row's result, never depends
-    on a batch's live rows (CONTRACTS.md s7)."""
+def gemm_config(weights: str, n: int, routes: int | None = None,
+                k: int | None = None) -> KernelConfig:
+    """The variant a caller should compile and run for weight kind ``weights``, ``N`` and
+    the GEMM's ``K``: ``mx_default_config(N, weights, routes, K)`` for the block-scaled kinds
+    (64-row tiles for a small capacity, as deep a pipeline as ``K`` leaves room for),
+    ``default_config(N, routes)`` for bf16 (narrow column tiles for a small one), where
+    ``routes`` is the caller's *static* route capacity (``C * K``, with ``K`` there the
+    routes per token). A layer picks it once from its config, so the variant, and with it
+    every row's result, never depends on a batch's live rows (CONTRACTS.md s7)."""
     if weights not in WEIGHT_KINDS:
         raise ConfigError("weights", f"one of {WEIGHT_KINDS}", repr(weights))
     if weights != "bf16":
         from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
-        return mx_default_config(n, weights, routes)
+        return mx_default_config(n, weights, routes, k)
     return default_config(n, routes)
 
 

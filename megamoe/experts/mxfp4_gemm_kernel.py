@@ -91,6 +91,12 @@ CONVERT_BUFS = 3
 """bf16 B tiles the decode rotates through (module docstring: why three)."""
 DECODE_THREADS = 128
 """The decode warpgroup of the ``specialized`` variants."""
+SCALE_COPY_BATCH = 8
+"""Scale-byte vectors a thread loads before it stores them (``copy_scales``; 4 registers
+each). A decode thread of a 64-row specialized variant copies 7 vectors at DeepSeek FC1
+(K = 7168), so one batch: one memory round trip instead of 7. Registers (ptxas, sm_90a,
+DeepSeek FC1): MXFP4 and MXFP8 ``m64n64s3ws`` stay at 58; NVFP4 ``m64n64s2ws`` (14 vectors)
+goes from 58 to 62, still three CTAs per SM."""
 BF16_NAN_BITS = 0x7FC0
 """The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 CHUNK = 8
@@ -104,11 +110,14 @@ MXFP4_CONFIGS = (
     KernelConfig(64, 6, tile_m=64),
     KernelConfig(64, 3, tile_m=64, specialized=True, splits=2),
     KernelConfig(64, 3, tile_m=64, specialized=True, splits=4),
+    KernelConfig(64, 4, tile_m=64, specialized=True),
+    KernelConfig(64, 6, tile_m=64, specialized=True),
 )
 """The compiled MXFP4 variants; ``mx_default_config`` takes the first of the height the route
 capacity asks for (``MX_NARROW_ROUTES``) whose column tile divides ``N`` (one CTA per tile;
-no persistent variant). Their H200 A/B numbers:
-docs/perf.md, "MX GEMM variants" (``python -m megamoe.bench.mx_gemm``).
+no persistent variant), or for a small capacity and a known ``K`` a deeper pipeline
+(``MX_NARROW_DEPTHS``). Their H200 A/B numbers: docs/perf.md, "MX GEMM variants" and
+"Session 21" (``python -m megamoe.bench.mx_gemm``).
 
 - ``n64s4``: every warp decodes and multiplies; about 110 KB of shared memory at K = 7168,
   so two CTAs share an SM and one's decode overlaps the other's wgmmas and loads (1.7x
@@ -126,7 +135,9 @@ docs/perf.md, "MX GEMM variants" (``python -m megamoe.bench.mx_gemm``).
   (``A_PART_ROWS``), FC1 / FC2 us against ``n64s4ws``: T = 1024 (32 rows per expert)
   3729 / 1995 against 4826 / 2570; T = 2048 (64 rows) 3825 / 2127 against 6489 / 3411;
   T = 4096 (128 rows) 7526 / 3914 against 5580 / 3172; one expert (skewed) T = 1 69 / 45
-  against 53 / 39 (docs/perf.md, "One A load per stage")."""
+  against 53 / 39 (docs/perf.md, "One A load per stage").
+- ``m64n64s4ws``, ``m64n64s6ws``: the same kernel with deeper TMA pipelines, which the
+  narrow default takes when they keep enough CTAs on an SM (``MX_NARROW_DEPTHS``)."""
 MXFP8_CONFIGS = (
     KernelConfig(64, 3, tile_m=64, specialized=True),
     KernelConfig(64, 3),
@@ -181,15 +192,80 @@ DeepSeek skewed T <= 1024), while uniform batches run 15-23 % faster (docs/perf.
 NVFP4's 64-row variant wins nowhere in the layer, so its bound is 0. A choice from the
 capacity, never from a batch's live rows (CONTRACTS.md s7)."""
 
+SM90_SHARED_BYTES_PER_SM = 228 * 1024
+"""Shared memory of one Hopper SM (H100, H200) that resident CTAs divide among them."""
+SM90_SHARED_BYTES_RESERVED_PER_CTA = 1024
+"""Shared memory the hardware keeps per resident CTA beside what the kernel allocates."""
 
-def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None) -> KernelConfig:
-    """The variant of weight format ``weights`` for an ``N``: the first 64-row one whose
-    column tile divides ``N`` when ``routes`` (the caller's static route capacity) is at most
-    ``MX_NARROW_ROUTES[weights]``, else the first 128-row one (any variant whose tile divides
+MX_NARROW_DEPTHS: dict[str, tuple[tuple[int, int], ...]] = {
+    "mxfp4": ((4, 3), (6, 2)),
+    "mxfp8": (),
+    "nvfp4": (),
+}
+"""Per format, the pipeline depths the narrow default prefers, in order, as ``(stages, CTAs
+per SM)``: the format's 64-row specialized variant with that many stages (one of its
+compiled configs) is taken if it keeps that many CTAs per SM (``ctas_per_sm``) at the
+GEMM's ``K``; when none qualifies (or ``K`` is not given) the narrow default is the
+format's first 64-row variant.
+Why (H200, GEMM alone, ``docs/wip/exp_decode_depth.py``, docs/perf.md "Session 21"): at one
+or a few rows per expert a ``m64n64s3ws`` CTA waits on its three-deep TMA pipeline, not on
+its decode (a second decode warpgroup made it slower in 6 of 8 cases; more stages made it
+faster, every live row bit for bit the same). ``m64n64s4ws`` keeps three CTAs per SM where the K-long
+scale run is small (DeepSeek FC2, gpt-oss FC1 and FC2) and was 1-12 % faster than
+``m64n64s3ws`` at uniform T = 1 to 64 there (6.6-7.5 % at DeepSeek FC2); at DeepSeek FC1
+(K = 7168) it keeps two and lost about 7 % at uniform T = 16 and 64, where ``m64n64s6ws``
+(also two) ties ``m64n64s3ws`` (-0.0 %, +0.7 %), and wins 3 % at T = 4 and 12-21 % at one
+expert and at T = 1. Not measured: 32 rows per expert (T = 1024), MXFP8, NVFP4."""
+
+
+def mx_storage(cfg: KernelConfig, k: int, weights: str = "mxfp4"):  # -> cute.struct
+    """The shared-memory layout of one CTA of variant ``cfg`` at ``K`` (the ``_make`` kernels
+    allocate exactly this): TMA stage barriers, the decoded-tile barriers, the split-K
+    arrival slot, the A stages and bf16 B tiles (wgmma's 128B swizzle, 1 KiB aligned), the
+    packed-weight stages, and the tile's scale bytes for all of K."""
+    row_bytes = ROW_BYTES[weights]
+    k_scales = k // SCALE_BLOCK[weights]
+    tile_n, stages, tile_m = cfg.tile_n, cfg.stages, cfg.tile_m
+
+    @cute.struct
+    class Storage:
+        bars: cute.struct.MemRange[cutlass.Int64, stages * 2]
+        dbars: cute.struct.MemRange[cutlass.Int64, CONVERT_BUFS * 2]  # ``specialized`` only
+        arrived: cute.struct.MemRange[Int32, 1]  # split-K: the count before this CTA's arrival
+        sa: cute.struct.Align[cute.struct.MemRange[BFloat16, tile_m * TILE_K * stages], _ALIGN]
+        sb: cute.struct.Align[
+            cute.struct.MemRange[BFloat16, tile_n * TILE_K * CONVERT_BUFS], _ALIGN
+        ]
+        sq: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * row_bytes * stages], 128]
+        ss: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * k_scales], 16]
+
+    return Storage
+
+
+def ctas_per_sm(cfg: KernelConfig, k: int, weights: str = "mxfp4") -> int:
+    """How many CTAs of variant ``cfg`` at ``K`` fit on one Hopper SM by shared memory (the
+    binding limit for these variants: 288 to 416 threads of at most 64 registers each)."""
+    per_cta = mx_storage(cfg, k, weights).size_in_bytes() + SM90_SHARED_BYTES_RESERVED_PER_CTA
+    return SM90_SHARED_BYTES_PER_SM // per_cta
+
+
+def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None,
+                      k: int | None = None) -> KernelConfig:
+    """The variant of weight format ``weights`` for an ``N`` (and the GEMM's ``K``): when
+    ``routes`` (the caller's static route capacity) is at most ``MX_NARROW_ROUTES[weights]``,
+    the first of ``MX_NARROW_DEPTHS[weights]`` whose column tile divides ``N`` and that keeps
+    its CTAs per SM at ``K``, else the first 64-row one whose column tile divides ``N``; for
+    larger (or unknown) capacities the first 128-row one (any variant whose tile divides
     ``N`` when the preferred height has none). Never a split-K variant (``SPLIT_K_NOTE``)."""
     configs = CONFIGS_BY_FORMAT[weights]
     narrow = routes is not None and routes <= MX_NARROW_ROUTES[weights]
     fits = [cfg for cfg in configs if n % cfg.tile_n == 0 and cfg.splits == 1]
+    if narrow and k is not None:
+        deep = {cfg.stages: cfg for cfg in fits if cfg.tile_m < TILE_M and cfg.specialized}
+        for stages, ctas in MX_NARROW_DEPTHS[weights]:
+            cfg = deep.get(stages)
+            if cfg is not None and ctas_per_sm(cfg, k, weights) >= ctas:
+                return cfg
     for cfg in fits:
         if (cfg.tile_m < TILE_M) == narrow:
             return cfg
@@ -198,9 +274,9 @@ def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None)
     raise ValueError(f"N: expected a multiple of {min(c.tile_n for c in configs)}, got {n}")
 
 
-def mxfp4_default_config(n: int, routes: int | None = None) -> KernelConfig:
+def mxfp4_default_config(n: int, routes: int | None = None, k: int | None = None) -> KernelConfig:
     """``mx_default_config`` for MXFP4 weights."""
-    return mx_default_config(n, "mxfp4", routes)
+    return mx_default_config(n, "mxfp4", routes, k)
 
 
 def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: str = "mxfp4"):
@@ -250,17 +326,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     locate_cta = make_locate_cta(n_tiles, tile_m)
     store = make_store(swiglu, n_out, out_f32)
 
-    @cute.struct
-    class Storage:
-        bars: cute.struct.MemRange[cutlass.Int64, stages * 2]
-        dbars: cute.struct.MemRange[cutlass.Int64, CONVERT_BUFS * 2]  # ``specialized`` only
-        arrived: cute.struct.MemRange[Int32, 1]  # split-K: the count before this CTA's arrival
-        sa: cute.struct.Align[cute.struct.MemRange[BFloat16, tile_m * TILE_K * stages], _ALIGN]
-        sb: cute.struct.Align[
-            cute.struct.MemRange[BFloat16, tile_n * TILE_K * CONVERT_BUFS], _ALIGN
-        ]
-        sq: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * row_bytes * stages], 128]
-        ss: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * k_scales], 16]
+    Storage = mx_storage(cfg, k, weights)
 
     block_scale = e4m3_to_float if e4m3_scales else e8m0_to_float
     """A scale byte's value: E4M3 (NVFP4) or E8M0 (the MX formats)."""
@@ -384,14 +450,36 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     def copy_scales(storage, wscale_ptr: cute.Pointer, pid_n: Int32, e: Int32,
                     num_experts: Int32, first: Int32, step: int):
         """This tile's scale bytes (rows ``[pid_n * tile_n, +tile_n)`` of expert ``e``, all of
-        K) into shared memory, 16-byte vectors ``first, first + step, ...``."""
+        K) into shared memory, 16-byte vectors ``first, first + step, ...``, loaded
+        ``SCALE_COPY_BATCH`` at a time before any of them is stored: a thread then waits for
+        a batch of loads at once instead of one load after another (a prologue every CTA
+        pays before its first decode; 7 vectors per decode thread at DeepSeek FC1). Only a
+        thread's last vector can lie past the run (``first < step``), and only when ``step``
+        does not divide the run: that one load is clamped to the run's last vector and its
+        store skipped; every other load and store is unconditional, so the compiler keeps
+        the batch's loads ahead of its stores."""
         m_wsv = cute.make_tensor(wscale_ptr, cute.make_layout(
             (scale_vec, n * k_scales // scale_vec, num_experts),
             stride=(1, scale_vec, n * k_scales)))
         s_sv = cute.make_tensor(storage.ss.data_ptr(),
                                 cute.make_layout((scale_vec, run_vecs), stride=(1, scale_vec)))
-        for v in cutlass.range(first, run_vecs, step, unroll=1):
-            s_sv[None, v].store(m_wsv[None, pid_n * run_vecs + v, e].load())
+        per_thread = -(-run_vecs // step)
+        ragged = run_vecs % step != 0  # some threads' last vector is past the run
+        for b in cutlass.range_constexpr(0, per_thread, SCALE_COPY_BATCH):
+            batch = min(SCALE_COPY_BATCH, per_thread - b)
+            vals = []
+            for j in cutlass.range_constexpr(batch):
+                v = first + (b + j) * step
+                if cutlass.const_expr(ragged and b + j == per_thread - 1):
+                    v = cutlass.min(v, Int32(run_vecs - 1))
+                vals.append(m_wsv[None, pid_n * run_vecs + v, e].load())
+            for j in cutlass.range_constexpr(batch):
+                v = first + (b + j) * step
+                if cutlass.const_expr(ragged and b + j == per_thread - 1):
+                    if v < Int32(run_vecs):
+                        s_sv[None, v].store(vals[j])
+                else:
+                    s_sv[None, v].store(vals[j])
 
     @cute.jit
     def tma_views(tma_a: tuple, m_a: tuple, tma_t: cute.CopyAtom,
@@ -824,3 +912,14 @@ def build_mxfp4_gemm_swiglu_split_k():
 def build_mxfp4_gemm_plain_split_k():
     return compile_mxfp4_gemm("plain", 192, 512,
                               KernelConfig(64, 3, tile_m=64, specialized=True, splits=2))
+
+
+@register_kernel("grouped_gemm_mxfp4_plain_k256_n192_m64n64s4ws")
+def build_mxfp4_gemm_plain_specialized_m64_s4():
+    return compile_mxfp4_gemm("plain", 192, 256, KernelConfig(64, 4, tile_m=64, specialized=True))
+
+
+@register_kernel("grouped_gemm_mxfp4_swiglu_f32_k512_n256_m64n64s6ws")
+def build_mxfp4_gemm_swiglu_specialized_m64_s6():
+    return compile_mxfp4_gemm("swiglu", 256, 512, KernelConfig(64, 6, tile_m=64, specialized=True),
+                              out_f32=True)

@@ -41,7 +41,8 @@ sys.exit(0 if status == "pass" else 1)
 """
 
 
-def _run(tmp_path: Path, what: str, failing: str = "none") -> tuple[int, Path]:
+def _run(tmp_path: Path, what: str, failing: str = "none",
+         tool: str | None = None) -> tuple[int, Path]:
     repo, out = tmp_path / "repo", tmp_path / "out"
     (repo / ".whl").mkdir(parents=True)
     (repo / ".whl" / "prelude.sh").write_text("true\n")
@@ -53,7 +54,8 @@ def _run(tmp_path: Path, what: str, failing: str = "none") -> tuple[int, Path]:
     env = {**os.environ, "OUT": str(out), "MEGAMOE_QUALIFY_TMP": str(tmp_path / "q"),
            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(ROOT)}  # the script reads the tool list from tests.suites
-    proc = subprocess.run(["bash", str(SCRIPT), what], cwd=repo, env=env, capture_output=True,
+    argv = ["bash", str(SCRIPT), what] + ([tool] if tool else [])
+    proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True,
                           text=True, timeout=120)
     return proc.returncode, out
 
@@ -91,5 +93,20 @@ def test_a_failing_suite_fails_the_script_and_its_record_still_comes_back(tmp_pa
 
 def test_an_unknown_suite_is_refused(tmp_path) -> None:
     rc, out = _run(tmp_path, "multi")
+    assert rc == 2
+    assert not list((out / "records").iterdir())
+
+
+def test_one_sanitizer_tool_can_be_run_again_alone(tmp_path) -> None:
+    """``sanitize racecheck``: a second run of one tool (a sanitizer run that crashed on the
+    host) qualifies that tool only."""
+    rc, out = _run(tmp_path, "sanitize", tool="racecheck")
+    assert rc == 0
+    assert [p.name for p in (out / "records").iterdir()] == [
+        "20261203T000000Z_sanitize-racecheck_abc.json"]
+
+
+def test_an_unknown_sanitizer_tool_is_refused(tmp_path) -> None:
+    rc, out = _run(tmp_path, "sanitize", tool="leakcheck")
     assert rc == 2
     assert not list((out / "records").iterdir())

@@ -124,6 +124,28 @@ def test_every_a_load_height_gives_the_live_rows(cuda_device, kind, cfg) -> None
     _check(case, "plain", None)
 
 
+LONG_K = 8832
+"""K / 32 = 276 scale blocks: a 64-column tile's scale run is 1104 16-byte vectors (MXFP4,
+MXFP8; NVFP4 2208), so every decode thread copies 9 (NVFP4 18) with 128 threads, 5 (9) with
+256: more than one ``SCALE_COPY_BATCH``, and no thread count divides the run (the last
+vector of some threads lies past it)."""
+LONG_MX = [(kind, cfg) for kind, cfgs in CONFIGS_BY_FORMAT.items() for cfg in cfgs
+           if cfg.splits == 1]
+
+
+@pytest.mark.parametrize(("kind", "cfg"), LONG_MX, ids=[f"{k}-{c.name}" for k, c in LONG_MX])
+def test_a_long_scale_run_is_copied_whole(cuda_device, kind, cfg) -> None:
+    """``copy_scales`` loads a batch of vectors before it stores them, the last one of a
+    ragged run clamped and not stored: at ``LONG_K`` a vector copied to the wrong place or
+    not at all scales a whole k block of some rows wrongly; every live row of every MX
+    format and variant against the PyTorch path."""
+    case = make_mxfp4_case("plain", [3, 70], LONG_K, 128, seed=41, pre=False,
+                           device=cuda_device, weights=kind)
+    poison_(case["out"])
+    _run(case, "plain", None, cfg)
+    _check(case, "plain", None)
+
+
 def test_misaligned_scale_bytes_are_refused_before_launch(cuda_device) -> None:
     """The scale bytes are read with 16-byte vector loads: a scale tensor whose start is not
     16-byte aligned is a ``ConfigError`` naming it, and ``out`` is untouched."""

@@ -1,0 +1,108 @@
+"""The narrow MXFP4 default's pipeline depth (``mxfp4_gemm_kernel.MX_NARROW_DEPTHS``): a
+deeper TMA pipeline only where it keeps the CTAs per SM it was measured with.
+
+The expectations are H200 facts computed by hand, not read back from the code: a Hopper SM
+has 228 KiB of shared memory and keeps 1 KiB per resident CTA; a 64-row specialized MXFP4
+CTA holds per stage a 64 x 64 bf16 A tile (8 KiB) and 64 rows x 32 bytes of packed codes
+(2 KiB), three 64 x 64 bf16 decoded B tiles (24 KiB), and the tile's scale bytes for all of
+K (64 x K / 32). The measured preference (docs/perf.md, "Session 21"): ``m64n64s4ws`` where
+three CTAs fit, else ``m64n64s6ws`` where two do, else ``m64n64s3ws`` as before.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from megamoe.experts import mxfp4_gemm_kernel as mk
+from megamoe.experts.grouped_gemm_kernel import KernelConfig
+
+S3 = KernelConfig(64, 3, tile_m=64, specialized=True)
+S4 = KernelConfig(64, 4, tile_m=64, specialized=True)
+S6 = KernelConfig(64, 6, tile_m=64, specialized=True)
+SMALL_CAPACITY = 8 * 16  # DeepSeek T = 16: 128 routes
+DEEPSEEK_FC1 = (4096, 7168)  # (N, K): N = 2 * I, K = H
+DEEPSEEK_FC2 = (7168, 2048)
+GPTOSS_FC1 = (5760, 2880)
+GPTOSS_FC2 = (2880, 2880)
+
+
+def _align(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def _by_hand(stages: int, k: int) -> int:
+    """Bytes of one CTA's shared memory, laid out field by field as the docstring says:
+    barriers (8 bytes each: two per TMA stage, two per decoded tile) and the split-K slot,
+    then the 1 KiB aligned A stages and B tiles, the packed codes, the scale bytes."""
+    off = 8 * 2 * stages + 8 * 2 * 3 + 4
+    off = _align(off, 1024) + 64 * 64 * 2 * stages
+    off = _align(off, 1024) + 64 * 64 * 2 * 3
+    off = _align(off, 128) + 64 * 32 * stages
+    off = _align(off, 16) + 64 * k // 32
+    return off
+
+
+@pytest.mark.parametrize("cfg", [S3, S4, S6], ids=lambda c: c.name)
+@pytest.mark.parametrize("k", [256, 2048, 2880, 7168, 16384])
+def test_the_shared_memory_of_a_cta_is_its_tiles(cfg: KernelConfig, k: int) -> None:
+    got = mk.mx_storage(cfg, k).size_in_bytes()
+    # the struct may round its end up to its own alignment (1 KiB), never more
+    assert _by_hand(cfg.stages, k) <= got < _by_hand(cfg.stages, k) + 1024
+
+
+@pytest.mark.parametrize(("cfg", "k", "ctas"), [
+    (S3, 7168, 3),  # 69 KiB + 1: 3 x 70 = 210 <= 228
+    (S4, 7168, 2),  # 79 KiB + 1: 3 x 80 = 240 > 228
+    (S6, 7168, 2),  # 99 KiB + 1: 2 x 100 <= 228
+    (S4, 2048, 3),  # 69 KiB + 1
+    (S4, 2880, 3),  # 70 KiB + 1
+    (S6, 16384, 1),  # 119 KiB + 1: 2 x 120 = 240 > 228
+    (S3, 16384, 2),
+])
+def test_ctas_per_sm_at_the_measured_shapes(cfg: KernelConfig, k: int, ctas: int) -> None:
+    assert mk.ctas_per_sm(cfg, k) == ctas
+
+
+@pytest.mark.parametrize(("shape", "expected"), [
+    (DEEPSEEK_FC1, S6),  # s4 would leave two CTAs per SM: measured 7 % slower at T = 16
+    (DEEPSEEK_FC2, S4),
+    (GPTOSS_FC1, S4),
+    (GPTOSS_FC2, S4),
+    ((4096, 16384), S3),  # s6 would leave one CTA per SM: not measured, so not taken
+], ids=["deepseek-fc1", "deepseek-fc2", "gptoss-fc1", "gptoss-fc2", "k16384"])
+@pytest.mark.parametrize("routes", [1, SMALL_CAPACITY, mk.MX_NARROW_ROUTES["mxfp4"]])
+def test_the_narrow_mxfp4_default_takes_the_deepest_pipeline_that_keeps_its_ctas(
+        shape: tuple[int, int], expected: KernelConfig, routes: int) -> None:
+    n, k = shape
+    cfg = mk.mx_default_config(n, "mxfp4", routes, k)
+    assert cfg == expected
+    assert cfg in mk.MXFP4_CONFIGS  # compiled, so GPU-tested (test_mxfp4_gemm_kernel.py)
+
+
+def test_the_depth_rule_is_caught_when_it_ignores_occupancy(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Planted bug: an occupancy estimate that ignores K (always three CTAs) hands DeepSeek's
+    FC1 the 4-stage variant, which the selection test above refuses."""
+    monkeypatch.setattr(mk, "ctas_per_sm", lambda cfg, k, weights="mxfp4": 3)
+    n, k = DEEPSEEK_FC1
+    assert mk.mx_default_config(n, "mxfp4", SMALL_CAPACITY, k) == S4 != S6
+
+
+def test_every_preferred_depth_is_a_compiled_variant() -> None:
+    """``MX_NARROW_DEPTHS`` names stage counts; each must be a compiled (GPU-tested) 64-row
+    specialized variant of its format, or the preference would silently never apply."""
+    for kind, depths in mk.MX_NARROW_DEPTHS.items():
+        compiled = {c.stages for c in mk.CONFIGS_BY_FORMAT[kind]
+                    if c.tile_m == 64 and c.specialized and c.splits == 1}
+        assert {stages for stages, _ in depths} <= compiled, kind
+
+
+@pytest.mark.parametrize("shape", [DEEPSEEK_FC1, DEEPSEEK_FC2, GPTOSS_FC1])
+def test_without_k_or_past_the_narrow_bound_the_choice_is_unchanged(
+        shape: tuple[int, int]) -> None:
+    n, k = shape
+    assert mk.mx_default_config(n, "mxfp4", SMALL_CAPACITY) == S3  # no K: as before
+    wide = mk.mx_default_config(n, "mxfp4", mk.MX_NARROW_ROUTES["mxfp4"] + 1, k)
+    assert wide == mk.mx_default_config(n, "mxfp4") and wide.tile_m == 128
+    for kind in ("mxfp8", "nvfp4"):  # no deeper variants measured for them
+        assert mk.mx_default_config(n, kind, SMALL_CAPACITY, k) == \
+            mk.mx_default_config(n, kind, SMALL_CAPACITY)
