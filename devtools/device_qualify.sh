@@ -14,6 +14,9 @@ what=${1:?usage: bash devtools/device_qualify.sh single|sanitize [tool]}
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
+# a fresh $Q each call: on a warm machine an earlier call's statuses and records are still
+# there, and its failed suite would fail this call (or its records come back again)
+rm -rf "$Q"
 mkdir -p /tmp/cc "$Q" "$OUT/records"
 case "$what" in
   single)

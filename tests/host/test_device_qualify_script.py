@@ -42,15 +42,18 @@ sys.exit(0 if status == "pass" else 1)
 
 
 def _run(tmp_path: Path, what: str, failing: str = "none",
-         tool: str | None = None) -> tuple[int, Path]:
-    repo, out = tmp_path / "repo", tmp_path / "out"
-    (repo / ".whl").mkdir(parents=True)
+         tool: str | None = None, out_name: str = "out") -> tuple[int, Path]:
+    """One device call: a fresh ``$OUT`` (``out_name``) each time, the same machine's
+    ``/tmp`` (``MEGAMOE_QUALIFY_TMP``) across calls, as on a warm device."""
+    repo, out = tmp_path / "repo", tmp_path / out_name
+    (repo / ".whl").mkdir(parents=True, exist_ok=True)
     (repo / ".whl" / "prelude.sh").write_text("true\n")
     (repo / "qualify.py").write_text(FAKE_QUALIFY.replace("{failing}", failing))
     out.mkdir()
     bindir = tmp_path / "bin"  # ``python3`` in the script: this interpreter
-    bindir.mkdir()
-    (bindir / "python3").symlink_to(sys.executable)
+    bindir.mkdir(exist_ok=True)
+    if not (bindir / "python3").exists():
+        (bindir / "python3").symlink_to(sys.executable)
     env = {**os.environ, "OUT": str(out), "MEGAMOE_QUALIFY_TMP": str(tmp_path / "q"),
            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(ROOT)}  # the script reads the tool list from tests.suites
@@ -110,3 +113,16 @@ def test_an_unknown_sanitizer_tool_is_refused(tmp_path) -> None:
     rc, out = _run(tmp_path, "sanitize", tool="leakcheck")
     assert rc == 2
     assert not list((out / "records").iterdir())
+
+
+def test_a_rerun_on_a_warm_machine_reports_only_itself(tmp_path) -> None:
+    """The first call's racecheck fails; the second call, on the same machine's ``/tmp``,
+    runs racecheck again and passes: it must exit 0 and bring back that one record (not the
+    first call's failed status, not its other records)."""
+    rc, _ = _run(tmp_path, "sanitize", failing="racecheck", out_name="out1")
+    assert rc != 0
+    rc, out = _run(tmp_path, "sanitize", tool="racecheck", out_name="out2")
+    assert rc == 0
+    assert [p.name for p in (out / "records").iterdir()] == [
+        "20261203T000000Z_sanitize-racecheck_abc.json"]
+    assert "PASS (sanitize-racecheck)" in (out / "summaries.md").read_text()
