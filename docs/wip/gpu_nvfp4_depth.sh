@@ -5,7 +5,8 @@
 #   git apply docs/wip/s22-nvfp4-depth.patch
 #   mkdir abase && git archive main megamoe fixtures oracle | tar -x -C abase
 #   run(command="bash docs/wip/gpu_nvfp4_depth.sh", carry=[".whl"], timeout_s=300)
-# About 2 min warm, plus the machine's start. Output: perf/session22/nvfp4-depth-*.txt.
+# About 2 min warm, plus the machine's start. $OUT gets tests.txt and stages.txt (session 22's are
+# docs/perf/session22/nvfp4-depth-tests.txt and nvfp4-depth-stages.txt).
 source .whl/prelude.sh
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
 mkdir -p /tmp/cc
