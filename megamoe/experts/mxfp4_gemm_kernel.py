@@ -158,15 +158,24 @@ NVFP4_CONFIGS = (
     KernelConfig(128, 4),
     KernelConfig(64, 3, specialized=True),
     KernelConfig(64, 4, tile_m=64),
+    KernelConfig(64, 4, tile_m=64, specialized=True),
+    KernelConfig(64, 6, tile_m=64, specialized=True),
 )
 """The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
 memory: fewer stages). ``m64n64s2ws``: the MX formats' 64-row shape with two stages
 (NVFP4's 28 KB of scale bytes at K = 7168 leave about 72 KB per CTA, three CTAs per SM);
 faster than ``n64s3`` in the GEMM alone at DeepSeek uniform T = 16 and 1024 (FC1 2672 /
 3122 us, 5535 / 6267 us), but not in the layer (uniform T = 16 to 1024 within 2 % of the
-``n64s3`` layer, one-expert batches 31-65 % slower), so it is no default
-(``MX_NARROW_ROUTES``). ``n64s3ws`` measured 4 % faster than ``n64s3`` at DeepSeek FC1 T =
-16, 2-5 % slower everywhere else (whole A tiles)."""
+``n64s3`` layer, one-expert batches 31-65 % slower). Two stages were its problem, not its
+height: ``m64n64s4ws`` / ``m64n64s6ws`` (the narrow default, ``MX_NARROW_DEPTHS``) were
+25-36 % faster than ``n64s3`` at DeepSeek uniform T = 16 and 64 and 0-34 % faster at one
+expert, except one row through FC2 (22.3-22.5 against 21.1 us) in the GEMM alone; in the
+whole layer (``layer_stages``) 21-28 % faster at uniform T = 1, 16 and 1024, within 1 % at
+one-expert T <= 16, and 27 % slower at skewed T = 1024 (thousands of rows on a few
+experts, where 128-row tiles win: ``MX_NARROW_ROUTES``) (docs/perf.md "Session 22").
+``n64s3`` stays the default for large (or unknown) route capacities. ``n64s3ws``
+measured 4 % faster than ``n64s3`` at DeepSeek FC1 T = 16, 2-5 % slower everywhere else
+(whole A tiles)."""
 CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
@@ -177,7 +186,7 @@ GPU-tested but never a default: H200, DeepSeek, GEMM alone (``mx_gemm``, docs/pe
 against 249.6, and 4 or 16 tokens 19-75 % slower (the slices multiply the CTAs, dead ones
 included). A caller that knows its batches put every route on a few experts may pass one."""
 
-MX_NARROW_ROUTES = {"mxfp4": 8192, "mxfp8": 8192, "nvfp4": 0}
+MX_NARROW_ROUTES = {"mxfp4": 8192, "mxfp8": 8192, "nvfp4": 8192}
 """Per format: callers whose route capacity (``C * K``) is at most this get the format's
 64-row variant (the first of its configs with ``tile_m`` 64), larger ones (and callers that
 give no capacity) its first 128-row variant. A 64-row tile needs one tile where a 128-row
@@ -189,8 +198,10 @@ expert at DeepSeek's E = 256, K = 8; 64 at gpt-oss's E = 128, K = 4). The capaci
 say how the routes spread: a batch whose routes all go to one expert (skewed) runs 8-34 %
 slower on the 64-row variant than on main's earlier 128-row kernels (the whole layer,
 DeepSeek skewed T <= 1024), while uniform batches run 15-23 % faster (docs/perf.md, "One A load per stage").
-NVFP4's 64-row variant wins nowhere in the layer, so its bound is 0. A choice from the
-capacity, never from a batch's live rows (CONTRACTS.md s7)."""
+NVFP4's two-stage 64-row variant won nowhere in the layer (its bound was 0 until its deeper
+pipelines, ``MX_NARROW_DEPTHS``, were measured; with them, the same trade as MXFP4's: the
+DeepSeek layer 28 % faster at uniform T = 1024 and 27 % slower at skewed T = 1024). A choice from the capacity, never from a
+batch's live rows (CONTRACTS.md s7)."""
 
 SM90_SHARED_BYTES_PER_SM = 228 * 1024
 """Shared memory of one Hopper SM (H100, H200) that resident CTAs divide among them."""
@@ -200,7 +211,7 @@ SM90_SHARED_BYTES_RESERVED_PER_CTA = 1024
 MX_NARROW_DEPTHS: dict[str, tuple[tuple[int, int], ...]] = {
     "mxfp4": ((4, 3), (6, 2)),
     "mxfp8": (),
-    "nvfp4": (),
+    "nvfp4": ((4, 3), (6, 2)),
 }
 """Per format, the pipeline depths the narrow default prefers, in order, as ``(stages, CTAs
 per SM)``: the format's 64-row specialized variant with that many stages (one of its
@@ -215,7 +226,14 @@ scale run is small (DeepSeek FC2, gpt-oss FC1 and FC2) and was 1-12 % faster tha
 ``m64n64s3ws`` at uniform T = 1 to 64 there (6.6-7.5 % at DeepSeek FC2); at DeepSeek FC1
 (K = 7168) it keeps two and lost about 7 % at uniform T = 16 and 64, where ``m64n64s6ws``
 (also two) ties ``m64n64s3ws`` (-0.0 %, +0.7 %), and wins 3 % at T = 4 and 12-21 % at one
-expert and at T = 1. Not measured: 32 rows per expert (T = 1024), MXFP8, NVFP4."""
+expert and at T = 1. At 8 and 32 rows per expert (uniform T = 256, 1024) ``m64n64s4ws`` at
+FC2 stays 6.5-7 % faster and ``m64n64s6ws`` at FC1 ties (-0.3 %, +0.3 %) (Session 22).
+NVFP4 (the same rule; docs/perf.md "Session 22"): its two-stage ``m64n64s2ws`` was the
+shallow one; ``m64n64s6ws`` at DeepSeek FC1 (two CTAs per SM) and ``m64n64s4ws`` at FC2
+(three) are 15-29 % faster than it at uniform T = 1 to 64 and at one expert.
+MXFP8: none. Its ``m64n64s3ws`` keeps three CTAs per SM at K = 7168 and any deeper one
+two; the deeper ones won at T = 1 (FC1 162 against 204 us) but lost 7-12 % at uniform T =
+16 and 64, and a choice from the route capacity cannot tell those apart well enough yet."""
 
 
 def mx_storage(cfg: KernelConfig, k: int, weights: str = "mxfp4"):  # -> cute.struct
@@ -923,3 +941,15 @@ def build_mxfp4_gemm_plain_specialized_m64_s4():
 def build_mxfp4_gemm_swiglu_specialized_m64_s6():
     return compile_mxfp4_gemm("swiglu", 256, 512, KernelConfig(64, 6, tile_m=64, specialized=True),
                               out_f32=True)
+
+
+@register_kernel("grouped_gemm_nvfp4_plain_k256_n192_m64n64s4ws")
+def build_nvfp4_gemm_plain_specialized_m64_s4():
+    return compile_mx_gemm("plain", 192, 256, KernelConfig(64, 4, tile_m=64, specialized=True),
+                           weights="nvfp4")
+
+
+@register_kernel("grouped_gemm_nvfp4_swiglu_f32_k512_n256_m64n64s6ws")
+def build_nvfp4_gemm_swiglu_specialized_m64_s6():
+    return compile_mx_gemm("swiglu", 256, 512, KernelConfig(64, 6, tile_m=64, specialized=True),
+                           out_f32=True, weights="nvfp4")

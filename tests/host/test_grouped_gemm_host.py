@@ -293,7 +293,7 @@ def test_gemm_config_follows_the_weight_kind_and_the_route_capacity():
     assert info.value.argument == "weights"
 
 
-@pytest.mark.parametrize("kind", ["mxfp4", "mxfp8"])
+@pytest.mark.parametrize("kind", ["mxfp4", "mxfp8", "nvfp4"])
 @pytest.mark.parametrize("n", [4096, 7168, 5760, 2880])
 def test_an_mx_variant_is_64_rows_high_for_a_small_route_capacity_only(kind, n):
     """MX_NARROW_ROUTES: 64-row tiles up to the format's bound, 128-row tiles past it and
@@ -316,14 +316,15 @@ def test_an_mx_variant_is_64_rows_high_for_a_small_route_capacity_only(kind, n):
 
 
 @pytest.mark.parametrize("n", [4096, 7168, 5760, 2880])
-@pytest.mark.parametrize("routes", [None, 1, 64, 8192, 10**6])
-def test_nvfp4_keeps_128_row_tiles_at_every_route_capacity(n, routes):
-    """NVFP4's 64-row variant won nowhere in the layer (docs/perf.md, "One A load per
-    stage"): its bound is 0, so every capacity gets the 128-row ``n64s3``."""
+@pytest.mark.parametrize("routes", [None, 8193, 10**6])
+def test_nvfp4_keeps_its_128_row_n64s3_past_the_narrow_bound(n, routes):
+    """Past ``MX_NARROW_ROUTES`` (and with no capacity) NVFP4 keeps the 128-row ``n64s3``
+    it had at every capacity before its deeper 64-row variants were measured."""
     from megamoe.experts.mxfp4_gemm_kernel import NVFP4_CONFIGS, mx_default_config
 
-    cfg = mx_default_config(n, "nvfp4", routes)
-    assert cfg.tile_m == TILE_M and cfg.name == "n64s3" and cfg in NVFP4_CONFIGS
+    for k in (None, 2048, 7168):
+        cfg = mx_default_config(n, "nvfp4", routes, k)
+        assert cfg.tile_m == TILE_M and cfg.name == "n64s3" and cfg in NVFP4_CONFIGS
 
 
 @pytest.mark.parametrize("tile_m", [TILE_M, 64])

@@ -1,12 +1,14 @@
-"""The narrow MXFP4 default's pipeline depth (``mxfp4_gemm_kernel.MX_NARROW_DEPTHS``): a
-deeper TMA pipeline only where it keeps the CTAs per SM it was measured with.
+"""The narrow MXFP4 and NVFP4 defaults' pipeline depth (``mxfp4_gemm_kernel.MX_NARROW_DEPTHS``):
+a deeper TMA pipeline only where it keeps the CTAs per SM it was measured with.
 
 The expectations are H200 facts computed by hand, not read back from the code: a Hopper SM
-has 228 KiB of shared memory and keeps 1 KiB per resident CTA; a 64-row specialized MXFP4
+has 228 KiB of shared memory and keeps 1 KiB per resident CTA; a 64-row specialized FP4
 CTA holds per stage a 64 x 64 bf16 A tile (8 KiB) and 64 rows x 32 bytes of packed codes
 (2 KiB), three 64 x 64 bf16 decoded B tiles (24 KiB), and the tile's scale bytes for all of
-K (64 x K / 32). The measured preference (docs/perf.md, "Session 21"): ``m64n64s4ws`` where
-three CTAs fit, else ``m64n64s6ws`` where two do, else ``m64n64s3ws`` as before.
+K (64 x K / 32 for MXFP4's 32-element blocks, 64 x K / 16 for NVFP4's 16). The measured
+preference (docs/perf.md, "Session 21" for MXFP4, "Session 22" for NVFP4): ``m64n64s4ws``
+where three CTAs fit, else ``m64n64s6ws`` where two do, else the format's first 64-row
+variant as before (MXFP4 ``m64n64s3ws``, NVFP4 ``m64n64s2ws``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 from megamoe.experts import mxfp4_gemm_kernel as mk
 from megamoe.experts.grouped_gemm_kernel import KernelConfig
 
+S2 = KernelConfig(64, 2, tile_m=64, specialized=True)
 S3 = KernelConfig(64, 3, tile_m=64, specialized=True)
 S4 = KernelConfig(64, 4, tile_m=64, specialized=True)
 S6 = KernelConfig(64, 6, tile_m=64, specialized=True)
@@ -30,7 +33,10 @@ def _align(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
-def _by_hand(stages: int, k: int) -> int:
+SCALE_BLOCK = {"mxfp4": 32, "nvfp4": 16}  # weights per scale byte (CONTRACTS.md s4)
+
+
+def _by_hand(stages: int, k: int, weights: str = "mxfp4") -> int:
     """Bytes of one CTA's shared memory, laid out field by field as the docstring says:
     barriers (8 bytes each: two per TMA stage, two per decoded tile) and the split-K slot,
     then the 1 KiB aligned A stages and B tiles, the packed codes, the scale bytes."""
@@ -38,16 +44,18 @@ def _by_hand(stages: int, k: int) -> int:
     off = _align(off, 1024) + 64 * 64 * 2 * stages
     off = _align(off, 1024) + 64 * 64 * 2 * 3
     off = _align(off, 128) + 64 * 32 * stages
-    off = _align(off, 16) + 64 * k // 32
+    off = _align(off, 16) + 64 * k // SCALE_BLOCK[weights]
     return off
 
 
-@pytest.mark.parametrize("cfg", [S3, S4, S6], ids=lambda c: c.name)
+@pytest.mark.parametrize("weights", ["mxfp4", "nvfp4"])
+@pytest.mark.parametrize("cfg", [S2, S3, S4, S6], ids=lambda c: c.name)
 @pytest.mark.parametrize("k", [256, 2048, 2880, 7168, 16384])
-def test_the_shared_memory_of_a_cta_is_its_tiles(cfg: KernelConfig, k: int) -> None:
-    got = mk.mx_storage(cfg, k).size_in_bytes()
+def test_the_shared_memory_of_a_cta_is_its_tiles(cfg: KernelConfig, k: int,
+                                                  weights: str) -> None:
+    got = mk.mx_storage(cfg, k, weights).size_in_bytes()
     # the struct may round its end up to its own alignment (1 KiB), never more
-    assert _by_hand(cfg.stages, k) <= got < _by_hand(cfg.stages, k) + 1024
+    assert _by_hand(cfg.stages, k, weights) <= got < _by_hand(cfg.stages, k, weights) + 1024
 
 
 @pytest.mark.parametrize(("cfg", "k", "ctas"), [
@@ -61,6 +69,19 @@ def test_the_shared_memory_of_a_cta_is_its_tiles(cfg: KernelConfig, k: int) -> N
 ])
 def test_ctas_per_sm_at_the_measured_shapes(cfg: KernelConfig, k: int, ctas: int) -> None:
     assert mk.ctas_per_sm(cfg, k) == ctas
+
+
+@pytest.mark.parametrize(("cfg", "k", "ctas"), [
+    (S2, 7168, 3),  # 73 KiB + 1: 3 x 74 = 222 <= 228
+    (S4, 7168, 2),  # 93 KiB + 1
+    (S6, 7168, 2),  # 113 KiB + 1: 2 x 114 = 228
+    (S4, 2048, 3),  # 73 KiB + 1
+    (S4, 2880, 2),  # 76.25 KiB, 77 as the struct ends on 1 KiB, + 1: 3 x 78 = 234 > 228
+    (S2, 2048, 4),  # 53 KiB + 1
+])
+def test_nvfp4_ctas_per_sm_count_its_twice_as_many_scale_bytes(cfg: KernelConfig, k: int,
+                                                               ctas: int) -> None:
+    assert mk.ctas_per_sm(cfg, k, "nvfp4") == ctas
 
 
 @pytest.mark.parametrize(("shape", "expected"), [
@@ -77,6 +98,22 @@ def test_the_narrow_mxfp4_default_takes_the_deepest_pipeline_that_keeps_its_ctas
     cfg = mk.mx_default_config(n, "mxfp4", routes, k)
     assert cfg == expected
     assert cfg in mk.MXFP4_CONFIGS  # compiled, so GPU-tested (test_mxfp4_gemm_kernel.py)
+
+
+@pytest.mark.parametrize(("shape", "expected"), [
+    (DEEPSEEK_FC1, S6),  # measured 26-29 % faster than n64s3 at uniform T = 16 and 64
+    (DEEPSEEK_FC2, S4),  # 29-33 %
+    (GPTOSS_FC1, S6),  # s4 would leave two CTAs per SM (the scale run is twice MXFP4's)
+    (GPTOSS_FC2, S6),
+    ((4096, 16384), S2),  # s6 would leave one CTA per SM: not taken
+], ids=["deepseek-fc1", "deepseek-fc2", "gptoss-fc1", "gptoss-fc2", "k16384"])
+@pytest.mark.parametrize("routes", [1, SMALL_CAPACITY, mk.MX_NARROW_ROUTES["nvfp4"]])
+def test_the_narrow_nvfp4_default_takes_the_deepest_pipeline_that_keeps_its_ctas(
+        shape: tuple[int, int], expected: KernelConfig, routes: int) -> None:
+    n, k = shape
+    cfg = mk.mx_default_config(n, "nvfp4", routes, k)
+    assert cfg == expected
+    assert cfg in mk.NVFP4_CONFIGS  # compiled, so GPU-tested (test_nvfp4_kernels.py)
 
 
 def test_the_depth_rule_is_caught_when_it_ignores_occupancy(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -103,6 +140,7 @@ def test_without_k_or_past_the_narrow_bound_the_choice_is_unchanged(
     assert mk.mx_default_config(n, "mxfp4", SMALL_CAPACITY) == S3  # no K: as before
     wide = mk.mx_default_config(n, "mxfp4", mk.MX_NARROW_ROUTES["mxfp4"] + 1, k)
     assert wide == mk.mx_default_config(n, "mxfp4") and wide.tile_m == 128
-    for kind in ("mxfp8", "nvfp4"):  # no deeper variants measured for them
-        assert mk.mx_default_config(n, kind, SMALL_CAPACITY, k) == \
-            mk.mx_default_config(n, kind, SMALL_CAPACITY)
+    assert mk.mx_default_config(n, "nvfp4", SMALL_CAPACITY) == S2  # no K: the first 64-row
+    # MXFP8's deeper variants lost at uniform T = 16 and 64 (docs/perf.md, "Session 22")
+    assert mk.mx_default_config(n, "mxfp8", SMALL_CAPACITY, k) == \
+        mk.mx_default_config(n, "mxfp8", SMALL_CAPACITY) == S3
