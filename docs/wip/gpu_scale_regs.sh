@@ -6,8 +6,8 @@
 # every live row bitwise equal to the first column, then timed).
 #   git apply docs/wip/s23-scale-regs.patch
 #   run(command="bash docs/wip/gpu_scale_regs.sh", carry=[".whl"], timeout_s=400)
-# About 2 min warm (session 23: 142 s), plus the machine's start. MXFP8's s3wsr / s4wsr are
-# not compiled by the patch; exp_decode_depth.py adds them for its process.
+# About 2 min warm (session 23: 142 s), plus the machine's start. exp_decode_depth.py adds the
+# variants the patch does not compile (MXFP4's and MXFP8's s3wsr) for its process.
 # $OUT gets tests.txt and time.txt.
 source .whl/prelude.sh
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
