@@ -8,7 +8,8 @@ variant sums in another order and may differ), then timed as ``mx_gemm`` times (
 median per call, warm L2).
 
 A name that is not among the format's compiled variants (``CONFIGS_BY_FORMAT``) is parsed
-(``m64n64s5ws``: 64-row tile, 64 columns, 5 stages, specialized) and added to the format's
+(``m64n64s5ws``: 64-row tile, 64 columns, 5 stages, specialized; a trailing ``r``: scale
+bytes in registers, ``scale_regs``) and added to the format's
 variants for this process only, so a depth can be tried without editing the kernels:
 
     PYTHONPATH=. python3 docs/wip/exp_decode_depth.py --weights mxfp8 \
@@ -26,7 +27,7 @@ from megamoe.bench.benchmarks.layer import SHAPES
 from megamoe.bench.layer_stages import _time_graph
 from megamoe.bench.mx_gemm import _weights, expert_rows, variants
 
-_NAME = re.compile(r"^(?:m(\d+))?n(\d+)s(\d+)(persist)?(ws)?(?:k(\d+))?$")
+_NAME = re.compile(r"^(?:m(\d+))?n(\d+)s(\d+)(persist)?(ws)?(r)?(?:k(\d+))?$")
 
 
 def add_variants(weights: str, names: list[str]) -> None:
@@ -43,10 +44,10 @@ def add_variants(weights: str, names: list[str]) -> None:
         m = _NAME.match(name)
         if m is None:
             raise SystemExit(f"--configs: cannot parse {name!r}")
-        tile_m, tile_n, stages, persist, ws, splits = m.groups()
+        tile_m, tile_n, stages, persist, ws, regs, splits = m.groups()
         cfg = KernelConfig(int(tile_n), int(stages), ws=bool(persist),
                            tile_m=int(tile_m) if tile_m else TILE_M, specialized=bool(ws),
-                           splits=int(splits) if splits else 1)
+                           splits=int(splits) if splits else 1, scale_regs=bool(regs))
         if cfg.name != name:
             raise SystemExit(f"--configs: {name!r} parses as {cfg.name!r}")
         extra.append(cfg)

@@ -4,7 +4,7 @@
 # `m64n64s4wsr` cases of the existing MX tests, whose small K take the fallback), then the
 # GEMM alone at DeepSeek shapes against the shared-memory variants (exp_decode_depth.py:
 # every live row bitwise equal to the first column, then timed).
-#   git apply docs/wip/s23-scale-regs.patch
+#   (landed in session 24: runs on main as is; before that: git apply docs/wip/s23-scale-regs.patch)
 #   run(command="bash docs/wip/gpu_scale_regs.sh", carry=[".whl"], timeout_s=400)
 # About 2 min warm (session 23: 142 s), plus the machine's start. exp_decode_depth.py adds the
 # variants the patch does not compile (MXFP4's and MXFP8's s3wsr) for its process.

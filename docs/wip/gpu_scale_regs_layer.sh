@@ -1,7 +1,7 @@
 # Session 23: the whole layer by stage with the scale-register rule (MX_NARROW_DEPTHS takes
 # m64n64s4wsr for MXFP4 and NVFP4) against a copy of main's code in abase/ (untracked, so it
 # travels), with docs/wip/s23-scale-regs.patch applied to the tree:
-#   git apply docs/wip/s23-scale-regs.patch
+#   (landed in session 24; to compare a change: make it in the tree, main in abase/ as below)
 #   mkdir abase && git archive main megamoe fixtures oracle | tar -x -C abase
 # About 110 s warm (session 23: 106 s). Delete abase/ afterwards.
 #   run(command="bash docs/wip/gpu_scale_regs_layer.sh", carry=[".whl"], timeout_s=280)

@@ -89,7 +89,9 @@ class KernelConfig:
     decoded B tiles (``specialized``; ``mxfp4_gemm_kernel``), and, for the ``specialized``
     MX GEMM only, into how many K slices each output tile is split (``splits``: one CTA per
     slice, float32 partial sums combined in slice order by the tile's last CTA;
-    ``megamoe.experts.split_k``)."""
+    ``megamoe.experts.split_k``), and whether its decode threads read the weights' scale
+    bytes from global memory into registers a few k tiles ahead instead of from a K-long
+    copy in shared memory (``scale_regs``; ``mxfp4_gemm_kernel.scale_run_in_smem``)."""
 
     tile_n: int
     stages: int
@@ -97,16 +99,20 @@ class KernelConfig:
     tile_m: int = TILE_M
     specialized: bool = False
     splits: int = 1
+    scale_regs: bool = False
 
     def __post_init__(self) -> None:
         if self.splits < 1:
             raise ValueError(f"splits: expected >= 1, got {self.splits}")
+        if self.scale_regs and (not self.specialized or self.splits > 1):
+            raise ValueError("scale_regs: needs a specialized variant without split-K, got "
+                             f"specialized={self.specialized}, splits={self.splits}")
 
     @property
     def name(self) -> str:
         rows = "" if self.tile_m == TILE_M else f"m{self.tile_m}"
         return (f"{rows}n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
-                + ("ws" if self.specialized else "")
+                + ("ws" if self.specialized else "") + ("r" if self.scale_regs else "")
                 + (f"k{self.splits}" if self.splits > 1 else ""))
 
 

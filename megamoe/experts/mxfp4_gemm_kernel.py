@@ -26,7 +26,15 @@ decodes tile ``kt`` into buffer ``kt % 3`` only after the barrier of tile ``kt -
 every warpgroup reaches after its ``wait_group(1)`` of tile ``kt - 2``, so every wgmma of tile
 ``kt - 3`` (the buffer's previous reader) is complete. The scale bytes of the tile's
 ``tile_n`` weight rows (all of K: ``tile_n * K / 32`` bytes, one contiguous run) are copied
-to shared memory once per tile before the mainloop.
+to shared memory once per tile before the mainloop, except in a ``scale_regs`` variant at a
+K whose rows' scale bytes are whole 16-byte vectors (``scale_run_in_smem``): each decode
+thread there loads its row's scale bytes straight from global memory, 16 bytes (8 k tiles;
+4 for NVFP4) at a time, one vector ahead of the k tiles it decodes, gathers its own bytes
+of the vector into two registers with ``prmt``, and picks each k tile's byte by a constant
+shift (the k loop unrolled by the vector's k tiles; for MXFP8 by a select and a variable
+shift in the plain loop: ``SCALE_LOOP_UNROLLED``). No prologue and no K-long run: a
+4-stage 64-row CTA then keeps three CTAs per SM at DeepSeek's K = 7168 (MXFP4 79 -> 66 KiB,
+NVFP4 93 -> 66 KiB).
 
 ``specialized`` variants split those roles (the ``kernel_specialized`` docstring): one
 decode warpgroup turns each stage's weights into the next free bf16 B tile while the MMA
@@ -77,6 +85,7 @@ from megamoe.experts.packed_decode import (
     e2m1_word_bf16x2,
     e4m3_pair_bits,
     has_e4m3_nan,
+    prmt,
 )
 from megamoe.experts.split_k import ARRIVAL_BARRIER_ID, arrive, effective_splits, rows_before
 from megamoe.kernel_registry import register_kernel
@@ -97,6 +106,18 @@ each). A decode thread of a 64-row specialized variant copies 7 vectors at DeepS
 (K = 7168), so one batch: one memory round trip instead of 7. Registers (ptxas, sm_90a,
 DeepSeek FC1): MXFP4 and MXFP8 ``m64n64s3ws`` stay at 58; NVFP4 ``m64n64s2ws`` (14 vectors)
 goes from 58 to 62, still three CTAs per SM."""
+SCALE_VEC_BYTES = 16
+"""Bytes of one scale-byte vector load (``copy_scales``, and a ``scale_regs`` decode thread's
+register vectors)."""
+SCALE_LOOP_UNROLLED = {"mxfp4": True, "mxfp8": False, "nvfp4": True}
+"""Per format, how a ``scale_regs`` decode thread takes each k tile's scale bytes from the
+ones it gathered from the current vector (``pack_scales``): with the k loop unrolled by the
+vector's k tiles, by a constant shift (``packed_scales``), or in the plain k loop by a
+select of the word and a variable shift (``picked_scales``). Unrolled, MXFP8's decode
+(twice FP4's payload per thread, with its E4M3 NaN test) is copied 8 times: measured 10-24 %
+slower than ``m64n64s3ws`` at DeepSeek, while a picking loop (session 23's first version)
+was 3-11 % faster at uniform batches; the FP4 formats gain from the unroll (docs/perf.md
+"Session 23")."""
 BF16_NAN_BITS = 0x7FC0
 """The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 CHUNK = 8
@@ -112,6 +133,7 @@ MXFP4_CONFIGS = (
     KernelConfig(64, 3, tile_m=64, specialized=True, splits=4),
     KernelConfig(64, 4, tile_m=64, specialized=True),
     KernelConfig(64, 6, tile_m=64, specialized=True),
+    KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
 )
 """The compiled MXFP4 variants; ``mx_default_config`` takes the first of the height the route
 capacity asks for (``MX_NARROW_ROUTES``) whose column tile divides ``N`` (one CTA per tile;
@@ -137,13 +159,20 @@ no persistent variant), or for a small capacity and a known ``K`` a deeper pipel
   T = 4096 (128 rows) 7526 / 3914 against 5580 / 3172; one expert (skewed) T = 1 69 / 45
   against 53 / 39 (docs/perf.md, "One A load per stage").
 - ``m64n64s4ws``, ``m64n64s6ws``: the same kernel with deeper TMA pipelines, which the
-  narrow default takes when they keep enough CTAs on an SM (``MX_NARROW_DEPTHS``)."""
+  narrow default takes when they keep enough CTAs on an SM (``MX_NARROW_DEPTHS``).
+- ``m64n64s4wsr``: ``m64n64s4ws`` with the scale bytes in registers (``scale_regs``; the
+  module docstring): three CTAs per SM at every K of whole scale vectors. H200, DeepSeek,
+  GEMM alone, against the variants the narrow default took before (FC1 ``m64n64s6ws``, FC2
+  ``m64n64s4ws``): FC1 -12 / -13 % at uniform T = 16 / 64, -1 / -5 % at one expert T = 1 /
+  16, +4 % at uniform T = 1; FC2 -3 to -5 % everywhere measured (docs/perf.md "Session
+  23")."""
 MXFP8_CONFIGS = (
     KernelConfig(64, 3, tile_m=64, specialized=True),
     KernelConfig(64, 3),
     KernelConfig(128, 5),
     KernelConfig(64, 3, specialized=True),
     KernelConfig(64, 4, tile_m=64),
+    KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
 )
 """The MXFP8 variants, chosen as ``MXFP4_CONFIGS`` (a stage holds twice the payload bytes:
 ``n64s3`` is the deepest 64-column pipeline that still fits two CTAs per SM at K = 7168).
@@ -151,7 +180,12 @@ MXFP8_CONFIGS = (
 payload bytes of MXFP4 per tile). ``m64n64s3ws`` (the default for small route capacities): as
 for MXFP4 (about 75 KB); H200, DeepSeek uniform, FC1 / FC2 us against ``n64s3``: T = 16
 2244 / 1181 against 3175 / 1581, T = 1024 4550 / 2423 against 6382 / 3248 (docs/perf.md,
-"One A load per stage")."""
+"One A load per stage"). ``m64n64s4wsr`` (``scale_regs``, its k loop not unrolled:
+``SCALE_LOOP_UNROLLED``) keeps three CTAs per SM at K = 7168 and is the narrow default
+where it does (``MX_NARROW_DEPTHS``): H200, DeepSeek, GEMM alone, against ``m64n64s3ws``,
+FC1 / FC2 -14 / -5 % at uniform T = 1, -6 / -5 % at T = 16, -3 / -6 % at T = 64, and at one
+expert FC1 +0.3 / -1.2 % and FC2 +1.5 / +3.0 % at T = 1 / 16 (docs/perf.md "Session
+24")."""
 NVFP4_CONFIGS = (
     KernelConfig(64, 2, tile_m=64, specialized=True),
     KernelConfig(64, 3),
@@ -160,6 +194,7 @@ NVFP4_CONFIGS = (
     KernelConfig(64, 4, tile_m=64),
     KernelConfig(64, 4, tile_m=64, specialized=True),
     KernelConfig(64, 6, tile_m=64, specialized=True),
+    KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
 )
 """The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
 memory: fewer stages). ``m64n64s2ws``: the MX formats' 64-row shape with two stages
@@ -173,6 +208,9 @@ expert, except one row through FC2 (22.3-22.5 against 21.1 us) in the GEMM alone
 whole layer (``layer_stages``) 21-28 % faster at uniform T = 1, 16 and 1024, within 1 % at
 one-expert T <= 16, and 27 % slower at skewed T = 1024 (thousands of rows on a few
 experts, where 128-row tiles win: ``MX_NARROW_ROUTES``) (docs/perf.md "Session 22").
+``m64n64s4wsr`` (``scale_regs``): without the 28 KiB scale run, three CTAs per SM at K =
+7168; 14 % faster than ``m64n64s6ws`` at DeepSeek FC1 uniform T = 16 and 64, 5 % than
+``m64n64s4ws`` at FC2 (docs/perf.md "Session 23").
 ``n64s3`` stays the default for large (or unknown) route capacities. ``n64s3ws``
 measured 4 % faster than ``n64s3`` at DeepSeek FC1 T = 16, 2-5 % slower everywhere else
 (whole A tiles)."""
@@ -200,29 +238,43 @@ slower on the 64-row variant than on main's earlier 128-row kernels (the whole l
 DeepSeek skewed T <= 1024), while uniform batches run 15-23 % faster (docs/perf.md, "One A load per stage").
 NVFP4's two-stage 64-row variant won nowhere in the layer (its bound was 0 until its deeper
 pipelines, ``MX_NARROW_DEPTHS``, were measured; with them, the same trade as MXFP4's: the
-DeepSeek layer 28 % faster at uniform T = 1024 and 27 % slower at skewed T = 1024). A choice from the capacity, never from a
-batch's live rows (CONTRACTS.md s7)."""
+DeepSeek layer 28 % faster at uniform T = 1024 and 27 % slower at skewed T = 1024). A
+choice from the capacity, never from a batch's live rows (CONTRACTS.md s7)."""
 
 SM90_SHARED_BYTES_PER_SM = 228 * 1024
 """Shared memory of one Hopper SM (H100, H200) that resident CTAs divide among them."""
 SM90_SHARED_BYTES_RESERVED_PER_CTA = 1024
 """Shared memory the hardware keeps per resident CTA beside what the kernel allocates."""
+SM90_REGISTERS_PER_SM = 65536
+"""32-bit registers of one Hopper SM that resident CTAs divide among them."""
+MX_REGISTERS_PER_THREAD = 64
+"""The registers a thread of these kernels is counted with: ptxas (sm_90a) gives the
+specialized 64-row variants 58-63 at DeepSeek shapes, and allocates a warp's registers in
+units of 256 (8 per thread), so 64."""
 
-MX_NARROW_DEPTHS: dict[str, tuple[tuple[int, int], ...]] = {
-    "mxfp4": ((4, 3), (6, 2)),
-    "mxfp8": (),
-    "nvfp4": ((4, 3), (6, 2)),
+MX_NARROW_DEPTHS: dict[str, tuple[tuple[str, int], ...]] = {
+    "mxfp4": (("m64n64s4wsr", 3), ("m64n64s6ws", 2)),
+    "mxfp8": (("m64n64s4wsr", 3),),
+    "nvfp4": (("m64n64s4wsr", 3), ("m64n64s6ws", 2)),
 }
-"""Per format, the pipeline depths the narrow default prefers, in order, as ``(stages, CTAs
-per SM)``: the format's 64-row specialized variant with that many stages (one of its
-compiled configs) is taken if it keeps that many CTAs per SM (``ctas_per_sm``) at the
-GEMM's ``K``; when none qualifies (or ``K`` is not given) the narrow default is the
-format's first 64-row variant.
-Why (H200, GEMM alone, ``docs/wip/exp_decode_depth.py``, docs/perf.md "Session 21"): at one
+"""Per format, the 64-row specialized variants the narrow default prefers, in order, as
+``(name, CTAs per SM)``: the variant (one of the format's compiled configs) is taken if it
+keeps that many CTAs per SM (``ctas_per_sm``) at the GEMM's ``K``; when none qualifies (or
+``K`` is not given) the narrow default is the format's first 64-row variant.
+Session 23 (docs/perf.md): ``m64n64s4wsr`` first, the 4-stage pipeline without the
+K-long scale run (``scale_regs``), which keeps three CTAs per SM wherever the scale bytes
+are whole vectors and, where they are not (gpt-oss's K = 2880), runs ``m64n64s4ws``'s code.
+The whole DeepSeek layer by stage against the previous rule (``s6ws`` / ``s4ws``):
+``fp8_mxfp4`` forward -9 / -8 % at uniform T = 16 / 1024, -4 / -3 / -9 % at one expert T =
+1 / 16 / 1024, +3 % at uniform T = 1 (FC1 133 against 122 us: eight rows, where the 6-stage
+pipeline's depth still wins); ``nvfp4`` -3 / -10 / -9 % at uniform T = 1 / 16 / 1024, -6 /
+-5 / -10 % at one expert.
+Before that, with the run in shared memory (H200, GEMM alone,
+``docs/wip/exp_decode_depth.py``, docs/perf.md "Session 21"): at one
 or a few rows per expert a ``m64n64s3ws`` CTA waits on its three-deep TMA pipeline, not on
 its decode (a second decode warpgroup made it slower in 6 of 8 cases; more stages made it
-faster, every live row bit for bit the same). ``m64n64s4ws`` keeps three CTAs per SM where the K-long
-scale run is small (DeepSeek FC2, gpt-oss FC1 and FC2) and was 1-12 % faster than
+faster, every live row bit for bit the same). ``m64n64s4ws`` keeps three CTAs per SM
+where the K-long scale run is small (DeepSeek FC2, gpt-oss FC1 and FC2) and was 1-12 % faster than
 ``m64n64s3ws`` at uniform T = 1 to 64 there (6.6-7.5 % at DeepSeek FC2); at DeepSeek FC1
 (K = 7168) it keeps two and lost about 7 % at uniform T = 16 and 64, where ``m64n64s6ws``
 (also two) ties ``m64n64s3ws`` (-0.0 %, +0.7 %), and wins 3 % at T = 4 and 12-21 % at one
@@ -231,18 +283,36 @@ FC2 stays 6.5-7 % faster and ``m64n64s6ws`` at FC1 ties (-0.3 %, +0.3 %) (Sessio
 NVFP4 (the same rule; docs/perf.md "Session 22"): its two-stage ``m64n64s2ws`` was the
 shallow one; ``m64n64s6ws`` at DeepSeek FC1 (two CTAs per SM) and ``m64n64s4ws`` at FC2
 (three) are 15-29 % faster than it at uniform T = 1 to 64 and at one expert.
-MXFP8: none. Its ``m64n64s3ws`` keeps three CTAs per SM at K = 7168 and any deeper one
-two; the deeper ones won at T = 1 (FC1 162 against 204 us) but lost 7-12 % at uniform T =
-16 and 64, and a choice from the route capacity cannot tell those apart well enough yet."""
+MXFP8: ``m64n64s4wsr`` where it keeps three CTAs per SM (DeepSeek's K = 7168 and 2048; at
+gpt-oss's 2880 its run stays and two fit, so ``m64n64s3ws``): 3-14 % faster than
+``m64n64s3ws`` at uniform T = 1 to 64, within 3 % at one expert (``MXFP8_CONFIGS``;
+docs/perf.md "Session 24"). Before the register variant its deeper pipelines kept two CTAs
+and lost 7-12 % at uniform T = 16 and 64 (Session 22)."""
+
+
+def scale_run_in_smem(cfg: KernelConfig, k: int, weights: str = "mxfp4") -> bool:
+    """Whether a CTA of variant ``cfg`` at ``K`` copies its tile's scale bytes for all of K
+    into shared memory (``copy_scales``) before its first decode. Not for a ``scale_regs``
+    variant whose weight rows' scale bytes are whole ``SCALE_VEC_BYTES`` vectors (``K`` a
+    multiple of 512 for the MX formats, 256 for NVFP4; DeepSeek's 7168 and 2048 are,
+    gpt-oss's 2880 is not): each decode thread then loads its row's scale vectors from
+    global memory into registers one vector ahead of the one it decodes with
+    (``kernel_specialized``). The bytes, and so every decoded bf16, are the same either way
+    (CONTRACTS.md s4)."""
+    k_scales = k // SCALE_BLOCK[weights]
+    return not (cfg.scale_regs and k_scales % SCALE_VEC_BYTES == 0)
 
 
 def mx_storage(cfg: KernelConfig, k: int, weights: str = "mxfp4"):  # -> cute.struct
     """The shared-memory layout of one CTA of variant ``cfg`` at ``K`` (the ``_make`` kernels
     allocate exactly this): TMA stage barriers, the decoded-tile barriers, the split-K
     arrival slot, the A stages and bf16 B tiles (wgmma's 128B swizzle, 1 KiB aligned), the
-    packed-weight stages, and the tile's scale bytes for all of K."""
+    packed-weight stages, and the tile's scale bytes for all of K (one 16-byte vector when
+    ``scale_run_in_smem`` is false: unused)."""
     row_bytes = ROW_BYTES[weights]
     k_scales = k // SCALE_BLOCK[weights]
+    run_bytes = (cfg.tile_n * k_scales if scale_run_in_smem(cfg, k, weights)
+                 else SCALE_VEC_BYTES)
     tile_n, stages, tile_m = cfg.tile_n, cfg.stages, cfg.tile_m
 
     @cute.struct
@@ -255,16 +325,20 @@ def mx_storage(cfg: KernelConfig, k: int, weights: str = "mxfp4"):  # -> cute.st
             cute.struct.MemRange[BFloat16, tile_n * TILE_K * CONVERT_BUFS], _ALIGN
         ]
         sq: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * row_bytes * stages], 128]
-        ss: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * k_scales], 16]
+        ss: cute.struct.Align[cute.struct.MemRange[Uint8, run_bytes], 16]
 
     return Storage
 
 
 def ctas_per_sm(cfg: KernelConfig, k: int, weights: str = "mxfp4") -> int:
-    """How many CTAs of variant ``cfg`` at ``K`` fit on one Hopper SM by shared memory (the
-    binding limit for these variants: 288 to 416 threads of at most 64 registers each)."""
+    """How many CTAs of variant ``cfg`` at ``K`` fit on one Hopper SM: by shared memory, and
+    by registers (``MX_REGISTERS_PER_THREAD`` for each of its 256 to 416 threads: three
+    288-thread CTAs, so a ``scale_regs`` ``m64n64s3wsr``, 56 KiB, gets three, not four)."""
     per_cta = mx_storage(cfg, k, weights).size_in_bytes() + SM90_SHARED_BYTES_RESERVED_PER_CTA
-    return SM90_SHARED_BYTES_PER_SM // per_cta
+    threads = (DECODE_THREADS + 128 * (cfg.tile_m // 64) + 32 if cfg.specialized
+               else THREADS)
+    by_registers = SM90_REGISTERS_PER_SM // (threads * MX_REGISTERS_PER_THREAD)
+    return min(SM90_SHARED_BYTES_PER_SM // per_cta, by_registers)
 
 
 def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None,
@@ -279,9 +353,9 @@ def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None,
     narrow = routes is not None and routes <= MX_NARROW_ROUTES[weights]
     fits = [cfg for cfg in configs if n % cfg.tile_n == 0 and cfg.splits == 1]
     if narrow and k is not None:
-        deep = {cfg.stages: cfg for cfg in fits if cfg.tile_m < TILE_M and cfg.specialized}
-        for stages, ctas in MX_NARROW_DEPTHS[weights]:
-            cfg = deep.get(stages)
+        by_name = {cfg.name: cfg for cfg in fits}
+        for name, ctas in MX_NARROW_DEPTHS[weights]:
+            cfg = by_name.get(name)
             if cfg is not None and ctas_per_sm(cfg, k, weights) >= ctas:
                 return cfg
     for cfg in fits:
@@ -339,8 +413,21 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     # the tile's scale bytes are one contiguous run (module docstring), copied in vectors of
     # scale_vec bytes (16 unless the run or an expert's block of scale bytes is not a
     # multiple of 16; the API checks the scale tensor is 16-byte aligned)
-    scale_vec = math.gcd(16, tile_n * k_scales, n * k_scales)
+    scale_vec = math.gcd(SCALE_VEC_BYTES, tile_n * k_scales, n * k_scales)
     run_vecs = tile_n * k_scales // scale_vec
+    # ``scale_regs`` (``scale_run_in_smem`` false): a decode thread keeps its row's scale
+    # bytes in registers, one 16-byte vector (``group`` k tiles of ``ktile_scales`` bytes
+    # each) for the k tiles it decodes now and the next vector in flight
+    scale_regs = not scale_run_in_smem(cfg, k, weights)
+    ktile_scales = TILE_K // sblock  # a row's scale bytes per k tile: 2 (MX), 4 (NVFP4)
+    group = SCALE_VEC_BYTES // ktile_scales
+    row_vecs = k_scales // SCALE_VEC_BYTES
+    # a thread's bytes of one vector, gathered into ``packed_words`` words (``pack_scales``):
+    # with two threads per row each takes ``thread_blocks`` of a k tile's ``ktile_scales``
+    packed_words = SCALE_VEC_BYTES // 4 if threads_per_row == 1 else 2
+    if scale_regs and group * thread_blocks != 4 * packed_words:
+        raise ValueError(f"scale_regs: {group} k tiles x {thread_blocks} scale bytes per "
+                         f"thread do not fill {packed_words} words")
     locate_cta = make_locate_cta(n_tiles, tile_m)
     store = make_store(swiglu, n_out, out_f32)
 
@@ -353,20 +440,67 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     words_per_chunk = CHUNK // (4 * elems_per_byte)  # fp4: 1 word, fp8: 2 words
 
     @cute.jit
-    def decode(s_qw: cute.Tensor, s_s: cute.Tensor, s_b32: cute.Tensor, b_outer: cute.Layout,
-               wrow: Int32, b0: Int32, stage: Int32, buf: Int32, kt: Int32):
+    def scale_pair(byte: Int32) -> Int32:
+        """A scale byte (low 8 bits of ``byte``) as its bf16 value in both halves of a word:
+        the scale's float32 bits >> 16 are its bf16 bits exactly (an E8M0 or E4M3 value has
+        at most 4 significant bits)."""
+        return bf16_pair(f2i(block_scale(byte & 0xFF)) >> 16)
+
+    @cute.jit
+    def smem_scales(s_s: cute.Tensor, wrow: Int32, b0: Int32, kt: Int32) -> list:
+        """This thread's ``thread_blocks`` scales of k tile ``kt`` from the tile's scale run
+        in shared memory (``copy_scales``)."""
+        blk = kt * ktile_scales + (elems_per_byte * b0) // sblock
+        # Int32(...) & 0xFF: a Uint8 load widens with its sign bit
+        return [scale_pair(Int32(s_s[wrow, blk + i])) for i in range(thread_blocks)]
+
+    @cute.jit
+    def pack_scales(vec: cute.Tensor, first: Int32) -> list:
+        """This thread's bytes of the scale vector ``vec`` (four words: ``group`` k tiles of
+        ``ktile_scales`` bytes of its weight row) in k tile order, ``thread_blocks`` per k
+        tile from byte ``first`` of each (``scale_regs``): with one thread per row all of
+        them; with two, one ``prmt`` per pair of words picks the thread's half (selector
+        nibble ``t`` = the byte of output position ``t``, shifted by ``first``)."""
+        if cutlass.const_expr(threads_per_row == 1):
+            return [vec[w] for w in range(SCALE_VEC_BYTES // 4)]
+        tiles_per_pair = 8 // ktile_scales
+        sel = sum((jj * ktile_scales + i) << (4 * (jj * thread_blocks + i))
+                  for jj in range(tiles_per_pair) for i in range(thread_blocks))
+        sel_t = Int32(sel) + first * 0x1111
+        return [prmt(vec[2 * c], vec[2 * c + 1], sel_t) for c in range(packed_words)]
+
+    @cute.jit
+    def picked_scales(packed: cute.Tensor, j: Int32) -> list:
+        """``packed_scales`` for a run-time ``j`` (``SCALE_LOOP_UNROLLED`` false): the word
+        by selects (static indices only, so ``packed`` stays in registers), the byte by a
+        variable shift."""
+        out = []
+        for i in cutlass.range_constexpr(thread_blocks):
+            t = j * thread_blocks + i
+            word = packed[0]
+            for w in cutlass.range_constexpr(1, packed_words):
+                word = Int32(cutlass.select_((t >> 2) == Int32(w), packed[w], word))
+            out.append(scale_pair(word >> ((t & 3) * 8)))
+        return out
+
+    def packed_scales(packed: list, j: int) -> list:
+        """The ``thread_blocks`` scales of k tile ``j`` of the vector (static: a shift of a
+        register, no select)."""
+        return [scale_pair(packed[(j * thread_blocks + i) // 4]
+                           >> (8 * ((j * thread_blocks + i) % 4)))
+                for i in range(thread_blocks)]
+
+    @cute.jit
+    def decode(s_qw: cute.Tensor, scales: list, s_b32: cute.Tensor, b_outer: cute.Layout,
+               wrow: Int32, b0: Int32, stage: Int32, buf: Int32):
         """Decode this thread's weight words of one stage into bf16 B buffer ``buf``: one
         vector load of the words, then per pair of elements the exact bf16x2 values (E2M1:
         byte permutes; E4M3: placed bits and a rebias product) and one bf16x2 product with
-        the block scale (``packed_decode``): exactly the float32 ``value * scale`` rounded to bf16
-        (or NaN for a NaN scale or an E4M3 NaN byte, +-Inf past bf16's range)."""
+        the block scale (``scales``: the thread's blocks of this k tile as ``scale_pair``
+        words; ``packed_decode``): exactly the float32 ``value * scale`` rounded to bf16 (or
+        NaN for a NaN scale or an E4M3 NaN byte, +-Inf past bf16's range)."""
         q = cute.make_rmem_tensor(cute.make_layout(words_per_thread), Int32)
         q.store(s_qw[wrow, b0 // bytes_per_thread, None, stage].load())
-        blk = kt * (TILE_K // sblock) + (elems_per_byte * b0) // sblock
-        # & 0xFF: a Uint8 load widens with its sign bit; the scale's float32 bits >> 16 are
-        # its bf16 bits exactly (an E8M0 or E4M3 value has at most 4 significant bits)
-        scales = [bf16_pair(f2i(block_scale(Int32(s_s[wrow, blk + i]) & 0xFF)) >> 16)
-                  for i in range(thread_blocks)]
         rebias = Int32(E4M3_REBIAS_BF16X2)
         for c in cutlass.range_constexpr(chunks_per_thread):
             scale = scales[c * CHUNK // sblock]
@@ -461,7 +595,10 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                              stride=(row_bytes // 4, words_per_thread, 1,
                                      tile_n * row_bytes // 4)),
         )
-        s_s = storage.ss.get_tensor(cute.make_layout((tile_n, k_scales), stride=(k_scales, 1)))
+        s_s = None  # ``scale_regs``: no scale run in shared memory
+        if cutlass.const_expr(not scale_regs):
+            s_s = storage.ss.get_tensor(cute.make_layout((tile_n, k_scales),
+                                                         stride=(k_scales, 1)))
         return s_a, s_b, s_b32, s_q, s_qw, s_s
 
     @cute.jit
@@ -577,13 +714,15 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             mainloop.consumer_wait(read)
-            decode(s_qw, s_s, s_b32, b_layout.outer, wrow, b0, read.index, Int32(0), Int32(0))
+            decode(s_qw, smem_scales(s_s, wrow, b0, Int32(0)), s_b32, b_layout.outer, wrow, b0,
+                   read.index, Int32(0))
             mma(tiled_mma, acc, t_ca, t_cb, read.index, Int32(0), wg)
             read.advance()
             buf = Int32(1)
             for kt in cutlass.range(1, k_tiles, unroll=1):
                 mainloop.consumer_wait(read)
-                decode(s_qw, s_s, s_b32, b_layout.outer, wrow, b0, read.index, buf, kt)
+                decode(s_qw, smem_scales(s_s, wrow, b0, kt), s_b32, b_layout.outer, wrow, b0,
+                       read.index, buf)
                 mma(tiled_mma, acc, t_ca, t_cb, read.index, buf, wg)
                 # tile kt - 1's wgmmas are complete: free its stage and refill it
                 cute.nvgpu.warpgroup.wait_group(1)
@@ -704,25 +843,75 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                     prod.advance()
                 mainloop.producer_tail(prod)
             elif warp_idx < Int32(decoders // 32):
-                copy_scales(storage, wscale_ptr, pid_n, e, num_experts, tidx, decoders)
-                # the decode warpgroup's own barrier (id 1): s_s complete before it is read
-                cute.arch.barrier(barrier_id=1, number_of_threads=decoders)
                 wrow = tidx // threads_per_row
                 b0 = (tidx % threads_per_row) * bytes_per_thread
+                first = (elems_per_byte * b0) // sblock  # its first scale byte in a k tile
                 read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
                 fill = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                     CONVERT_BUFS)
-                for kt in cutlass.range(kt0, kt1, unroll=1):
-                    mainloop.consumer_wait(read)
-                    decoded.producer_acquire(fill)
-                    decode(s_qw, s_s, s_b32, b_layout.outer, wrow, b0, read.index, fill.index,
-                           kt)
-                    cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
-                                          space=cute.arch.SharedSpace.shared_cta)
-                    decoded.producer_commit(fill)
-                    fill.advance()
-                    mainloop.consumer_release(read)
-                    read.advance()
+                if cutlass.const_expr(scale_regs):
+                    # its row's scale vectors as words (vector, expert): vector g's bytes are
+                    # packed at the start of k tile group g, when vector g + 1 is loaded
+                    m_wv = cute.make_tensor(
+                        cute.recast_ptr(wscale_ptr, dtype=Int32),
+                        cute.make_layout((SCALE_VEC_BYTES // 4, n * row_vecs, num_experts),
+                                         stride=(1, SCALE_VEC_BYTES // 4, n * k_scales // 4)))
+                    vec0 = (pid_n * tile_n + wrow) * row_vecs
+                    nxt = cute.make_rmem_tensor(cute.make_layout(SCALE_VEC_BYTES // 4), Int32)
+                    nxt.store(m_wv[None, vec0, e].load())
+                if cutlass.const_expr(scale_regs and not SCALE_LOOP_UNROLLED[weights]):
+                    pk = cute.make_rmem_tensor(cute.make_layout(packed_words), Int32)
+                    for w, v in enumerate(pack_scales(nxt, first)):
+                        pk[w] = v
+                    nxt.store(m_wv[None, vec0 + min(1, row_vecs - 1), e].load())
+                    for kt in cutlass.range(kt0, kt1, unroll=1):
+                        j = kt % group
+                        if (j == Int32(0)) & (kt > kt0):
+                            for w, v in enumerate(pack_scales(nxt, first)):
+                                pk[w] = v
+                            ahead = cutlass.min(kt // group + 1, Int32(row_vecs - 1))
+                            nxt.store(m_wv[None, vec0 + ahead, e].load())
+                        mainloop.consumer_wait(read)
+                        decoded.producer_acquire(fill)
+                        decode(s_qw, picked_scales(pk, j), s_b32, b_layout.outer, wrow, b0,
+                               read.index, fill.index)
+                        cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
+                                              space=cute.arch.SharedSpace.shared_cta)
+                        decoded.producer_commit(fill)
+                        fill.advance()
+                        mainloop.consumer_release(read)
+                        read.advance()
+                elif cutlass.const_expr(scale_regs):
+                    for g in cutlass.range(row_vecs, unroll=1):
+                        packed = pack_scales(nxt, first)
+                        ahead = cutlass.min(g + 1, Int32(row_vecs - 1))
+                        nxt.store(m_wv[None, vec0 + ahead, e].load())
+                        for j in cutlass.range_constexpr(group):
+                            mainloop.consumer_wait(read)
+                            decoded.producer_acquire(fill)
+                            decode(s_qw, packed_scales(packed, j), s_b32, b_layout.outer,
+                                   wrow, b0, read.index, fill.index)
+                            cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
+                                                  space=cute.arch.SharedSpace.shared_cta)
+                            decoded.producer_commit(fill)
+                            fill.advance()
+                            mainloop.consumer_release(read)
+                            read.advance()
+                else:
+                    copy_scales(storage, wscale_ptr, pid_n, e, num_experts, tidx, decoders)
+                    # the decode warpgroup's own barrier (id 1): s_s complete before it is read
+                    cute.arch.barrier(barrier_id=1, number_of_threads=decoders)
+                    for kt in cutlass.range(kt0, kt1, unroll=1):
+                        mainloop.consumer_wait(read)
+                        decoded.producer_acquire(fill)
+                        decode(s_qw, smem_scales(s_s, wrow, b0, kt), s_b32, b_layout.outer,
+                               wrow, b0, read.index, fill.index)
+                        cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
+                                              space=cute.arch.SharedSpace.shared_cta)
+                        decoded.producer_commit(fill)
+                        fill.advance()
+                        mainloop.consumer_release(read)
+                        read.advance()
                 decoded.producer_tail(fill)
             else:
                 mtid = tidx - decoders
@@ -953,3 +1142,24 @@ def build_nvfp4_gemm_plain_specialized_m64_s4():
 def build_nvfp4_gemm_swiglu_specialized_m64_s6():
     return compile_mx_gemm("swiglu", 256, 512, KernelConfig(64, 6, tile_m=64, specialized=True),
                            out_f32=True, weights="nvfp4")
+
+
+@register_kernel("grouped_gemm_mxfp4_swiglu_f32_k1024_n256_m64n64s4wsr")
+def build_mxfp4_gemm_swiglu_specialized_m64_s4_regs():
+    """K = 1024: 32 scale bytes per row, two vectors: the register path, not the fallback."""
+    return compile_mxfp4_gemm("swiglu", 256, 1024, KernelConfig(
+        64, 4, tile_m=64, specialized=True, scale_regs=True), out_f32=True)
+
+
+@register_kernel("grouped_gemm_nvfp4_plain_k512_n192_m64n64s4wsr")
+def build_nvfp4_gemm_plain_specialized_m64_s4_regs():
+    """K = 512: 32 scale bytes per row, two vectors: the register path."""
+    return compile_mx_gemm("plain", 192, 512, KernelConfig(
+        64, 4, tile_m=64, specialized=True, scale_regs=True), weights="nvfp4")
+
+
+@register_kernel("grouped_gemm_mxfp8_plain_k1024_n192_m64n64s4wsr")
+def build_mxfp8_gemm_plain_specialized_m64_s4_regs():
+    """K = 1024: the register path's picking loop (``SCALE_LOOP_UNROLLED``)."""
+    return compile_mx_gemm("plain", 192, 1024, KernelConfig(
+        64, 4, tile_m=64, specialized=True, scale_regs=True), weights="mxfp8")

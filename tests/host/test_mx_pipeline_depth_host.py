@@ -5,10 +5,13 @@ The expectations are H200 facts computed by hand, not read back from the code: a
 has 228 KiB of shared memory and keeps 1 KiB per resident CTA; a 64-row specialized FP4
 CTA holds per stage a 64 x 64 bf16 A tile (8 KiB) and 64 rows x 32 bytes of packed codes
 (2 KiB), three 64 x 64 bf16 decoded B tiles (24 KiB), and the tile's scale bytes for all of
-K (64 x K / 32 for MXFP4's 32-element blocks, 64 x K / 16 for NVFP4's 16). The measured
-preference (docs/perf.md, "Session 21" for MXFP4, "Session 22" for NVFP4): ``m64n64s4ws``
-where three CTAs fit, else ``m64n64s6ws`` where two do, else the format's first 64-row
-variant as before (MXFP4 ``m64n64s3ws``, NVFP4 ``m64n64s2ws``).
+K (64 x K / 32 for MXFP4's 32-element blocks, 64 x K / 16 for NVFP4's 16), except in a
+``scale_regs`` variant whose rows' scale bytes are whole 16-byte vectors (K a multiple of
+512, NVFP4 256), which keeps one 16-byte vector there instead. The measured preference
+(docs/perf.md, "Session 21" for MXFP4, "Session 22" for NVFP4, "Session 23" for the scale
+bytes in registers): ``m64n64s4wsr`` where three CTAs fit, else ``m64n64s6ws`` where two
+do, else the format's first 64-row variant as before (MXFP4 ``m64n64s3ws``, NVFP4
+``m64n64s2ws``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ S2 = KernelConfig(64, 2, tile_m=64, specialized=True)
 S3 = KernelConfig(64, 3, tile_m=64, specialized=True)
 S4 = KernelConfig(64, 4, tile_m=64, specialized=True)
 S6 = KernelConfig(64, 6, tile_m=64, specialized=True)
+S4R = KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True)
 SMALL_CAPACITY = 8 * 16  # DeepSeek T = 16: 128 routes
 DEEPSEEK_FC1 = (4096, 7168)  # (N, K): N = 2 * I, K = H
 DEEPSEEK_FC2 = (7168, 2048)
@@ -36,26 +40,29 @@ def _align(x: int, a: int) -> int:
 SCALE_BLOCK = {"mxfp4": 32, "nvfp4": 16}  # weights per scale byte (CONTRACTS.md s4)
 
 
-def _by_hand(stages: int, k: int, weights: str = "mxfp4") -> int:
+def _by_hand(stages: int, k: int, weights: str = "mxfp4", regs: bool = False) -> int:
     """Bytes of one CTA's shared memory, laid out field by field as the docstring says:
     barriers (8 bytes each: two per TMA stage, two per decoded tile) and the split-K slot,
-    then the 1 KiB aligned A stages and B tiles, the packed codes, the scale bytes."""
+    then the 1 KiB aligned A stages and B tiles, the packed codes, the scale bytes (one
+    16-byte vector for a register variant at a K of whole vectors)."""
+    row_scales = k // SCALE_BLOCK[weights]
     off = 8 * 2 * stages + 8 * 2 * 3 + 4
     off = _align(off, 1024) + 64 * 64 * 2 * stages
     off = _align(off, 1024) + 64 * 64 * 2 * 3
     off = _align(off, 128) + 64 * 32 * stages
-    off = _align(off, 16) + 64 * k // SCALE_BLOCK[weights]
-    return off
+    run = 16 if regs and row_scales % 16 == 0 else 64 * row_scales
+    return _align(off, 16) + run
 
 
 @pytest.mark.parametrize("weights", ["mxfp4", "nvfp4"])
-@pytest.mark.parametrize("cfg", [S2, S3, S4, S6], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [S2, S3, S4, S6, S4R], ids=lambda c: c.name)
 @pytest.mark.parametrize("k", [256, 2048, 2880, 7168, 16384])
 def test_the_shared_memory_of_a_cta_is_its_tiles(cfg: KernelConfig, k: int,
                                                   weights: str) -> None:
     got = mk.mx_storage(cfg, k, weights).size_in_bytes()
+    want = _by_hand(cfg.stages, k, weights, cfg.scale_regs)
     # the struct may round its end up to its own alignment (1 KiB), never more
-    assert _by_hand(cfg.stages, k, weights) <= got < _by_hand(cfg.stages, k, weights) + 1024
+    assert want <= got < want + 1024
 
 
 @pytest.mark.parametrize(("cfg", "k", "ctas"), [
@@ -66,6 +73,10 @@ def test_the_shared_memory_of_a_cta_is_its_tiles(cfg: KernelConfig, k: int,
     (S4, 2880, 3),  # 70 KiB + 1
     (S6, 16384, 1),  # 119 KiB + 1: 2 x 120 = 240 > 228
     (S3, 16384, 2),
+    (S4R, 7168, 3),  # 65 KiB + 16 bytes, 66 as the struct ends on 1 KiB, + 1: 3 x 67 <= 228
+    (S4R, 2048, 3),
+    (S4R, 2880, 3),  # 90 scale bytes per row: the run stays (70 KiB + 1)
+    (S4R, 16384, 3),  # the register variant's shared memory does not grow with K
 ])
 def test_ctas_per_sm_at_the_measured_shapes(cfg: KernelConfig, k: int, ctas: int) -> None:
     assert mk.ctas_per_sm(cfg, k) == ctas
@@ -77,7 +88,9 @@ def test_ctas_per_sm_at_the_measured_shapes(cfg: KernelConfig, k: int, ctas: int
     (S6, 7168, 2),  # 113 KiB + 1: 2 x 114 = 228
     (S4, 2048, 3),  # 73 KiB + 1
     (S4, 2880, 2),  # 76.25 KiB, 77 as the struct ends on 1 KiB, + 1: 3 x 78 = 234 > 228
-    (S2, 2048, 4),  # 53 KiB + 1
+    (S2, 2048, 3),  # 53 KiB + 1 would fit four, but 4 x 288 threads x 64 registers > 65536
+    (S4R, 7168, 3),  # 65 KiB + 16 bytes: 28 KiB of scale run gone
+    (S4R, 2880, 2),  # 180 scale bytes per row: the run stays, as S4
 ])
 def test_nvfp4_ctas_per_sm_count_its_twice_as_many_scale_bytes(cfg: KernelConfig, k: int,
                                                                ctas: int) -> None:
@@ -85,11 +98,11 @@ def test_nvfp4_ctas_per_sm_count_its_twice_as_many_scale_bytes(cfg: KernelConfig
 
 
 @pytest.mark.parametrize(("shape", "expected"), [
-    (DEEPSEEK_FC1, S6),  # s4 would leave two CTAs per SM: measured 7 % slower at T = 16
-    (DEEPSEEK_FC2, S4),
-    (GPTOSS_FC1, S4),
-    (GPTOSS_FC2, S4),
-    ((4096, 16384), S3),  # s6 would leave one CTA per SM: not measured, so not taken
+    (DEEPSEEK_FC1, S4R),  # 3 CTAs without the run: 12-13 % faster than s6ws at T = 16, 64
+    (DEEPSEEK_FC2, S4R),  # 4 % faster than s4ws
+    (GPTOSS_FC1, S4R),  # K = 2880: the run stays (S4's code); three CTAs
+    (GPTOSS_FC2, S4R),
+    ((4096, 16384), S4R),  # no run: three CTAs at any K of whole vectors
 ], ids=["deepseek-fc1", "deepseek-fc2", "gptoss-fc1", "gptoss-fc2", "k16384"])
 @pytest.mark.parametrize("routes", [1, SMALL_CAPACITY, mk.MX_NARROW_ROUTES["mxfp4"]])
 def test_the_narrow_mxfp4_default_takes_the_deepest_pipeline_that_keeps_its_ctas(
@@ -101,11 +114,11 @@ def test_the_narrow_mxfp4_default_takes_the_deepest_pipeline_that_keeps_its_ctas
 
 
 @pytest.mark.parametrize(("shape", "expected"), [
-    (DEEPSEEK_FC1, S6),  # measured 26-29 % faster than n64s3 at uniform T = 16 and 64
-    (DEEPSEEK_FC2, S4),  # 29-33 %
-    (GPTOSS_FC1, S6),  # s4 would leave two CTAs per SM (the scale run is twice MXFP4's)
+    (DEEPSEEK_FC1, S4R),  # 14 % faster than s6ws at uniform T = 16 and 64
+    (DEEPSEEK_FC2, S4R),  # 5 % faster than s4ws
+    (GPTOSS_FC1, S6),  # K = 2880 keeps the run, twice MXFP4's: s4 would leave two CTAs
     (GPTOSS_FC2, S6),
-    ((4096, 16384), S2),  # s6 would leave one CTA per SM: not taken
+    ((4096, 16384), S4R),
 ], ids=["deepseek-fc1", "deepseek-fc2", "gptoss-fc1", "gptoss-fc2", "k16384"])
 @pytest.mark.parametrize("routes", [1, SMALL_CAPACITY, mk.MX_NARROW_ROUTES["nvfp4"]])
 def test_the_narrow_nvfp4_default_takes_the_deepest_pipeline_that_keeps_its_ctas(
@@ -117,20 +130,21 @@ def test_the_narrow_nvfp4_default_takes_the_deepest_pipeline_that_keeps_its_ctas
 
 
 def test_the_depth_rule_is_caught_when_it_ignores_occupancy(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Planted bug: an occupancy estimate that ignores K (always three CTAs) hands DeepSeek's
-    FC1 the 4-stage variant, which the selection test above refuses."""
+    """Planted bug: an occupancy estimate that ignores K (always three CTAs) hands gpt-oss's
+    NVFP4 FC1 (whose K keeps the scale run) the 4-stage variant, which the selection test
+    above refuses."""
     monkeypatch.setattr(mk, "ctas_per_sm", lambda cfg, k, weights="mxfp4": 3)
-    n, k = DEEPSEEK_FC1
-    assert mk.mx_default_config(n, "mxfp4", SMALL_CAPACITY, k) == S4 != S6
+    n, k = GPTOSS_FC1
+    assert mk.mx_default_config(n, "nvfp4", SMALL_CAPACITY, k) == S4R != S6
 
 
 def test_every_preferred_depth_is_a_compiled_variant() -> None:
-    """``MX_NARROW_DEPTHS`` names stage counts; each must be a compiled (GPU-tested) 64-row
+    """``MX_NARROW_DEPTHS`` names variants; each must be a compiled (GPU-tested) 64-row
     specialized variant of its format, or the preference would silently never apply."""
     for kind, depths in mk.MX_NARROW_DEPTHS.items():
-        compiled = {c.stages for c in mk.CONFIGS_BY_FORMAT[kind]
+        compiled = {c.name for c in mk.CONFIGS_BY_FORMAT[kind]
                     if c.tile_m == 64 and c.specialized and c.splits == 1}
-        assert {stages for stages, _ in depths} <= compiled, kind
+        assert {name for name, _ in depths} <= compiled, kind
 
 
 @pytest.mark.parametrize("shape", [DEEPSEEK_FC1, DEEPSEEK_FC2, GPTOSS_FC1])
@@ -141,6 +155,37 @@ def test_without_k_or_past_the_narrow_bound_the_choice_is_unchanged(
     wide = mk.mx_default_config(n, "mxfp4", mk.MX_NARROW_ROUTES["mxfp4"] + 1, k)
     assert wide == mk.mx_default_config(n, "mxfp4") and wide.tile_m == 128
     assert mk.mx_default_config(n, "nvfp4", SMALL_CAPACITY) == S2  # no K: the first 64-row
-    # MXFP8's deeper variants lost at uniform T = 16 and 64 (docs/perf.md, "Session 22")
-    assert mk.mx_default_config(n, "mxfp8", SMALL_CAPACITY, k) == \
-        mk.mx_default_config(n, "mxfp8", SMALL_CAPACITY) == S3
+    assert mk.mx_default_config(n, "mxfp8", SMALL_CAPACITY) == S3
+
+
+def _mxfp8_by_hand(stages: int, k: int, regs: bool) -> int:
+    """An MXFP8 CTA as ``_by_hand``'s, but a stage holds 64 rows x 64 bytes of E4M3 codes
+    (one byte per weight) and a row has one scale byte per 32 weights."""
+    row_scales = k // 32
+    off = 8 * 2 * stages + 8 * 2 * 3 + 4
+    off = _align(off, 1024) + 64 * 64 * 2 * stages
+    off = _align(off, 1024) + 64 * 64 * 2 * 3
+    off = _align(off, 128) + 64 * 64 * stages
+    run = 16 if regs and row_scales % 16 == 0 else 64 * row_scales
+    return _align(off, 16) + run
+
+
+@pytest.mark.parametrize(("shape", "expected", "ctas"), [
+    (DEEPSEEK_FC1, S4R, 3),  # 73 KiB + 16 bytes, 74 as the struct ends on 1 KiB, + 1: 225
+    (DEEPSEEK_FC2, S4R, 3),
+    (GPTOSS_FC1, S3, 2),  # K = 2880: 90 scale bytes per row, the run stays: 78.6 KiB + 1
+    (GPTOSS_FC2, S3, 2),
+    ((4096, 16384), S4R, 3),
+], ids=["deepseek-fc1", "deepseek-fc2", "gptoss-fc1", "gptoss-fc2", "k16384"])
+@pytest.mark.parametrize("routes", [1, SMALL_CAPACITY, mk.MX_NARROW_ROUTES["mxfp8"]])
+def test_the_narrow_mxfp8_default_takes_the_register_variant_where_three_ctas_fit(
+        shape: tuple[int, int], expected: KernelConfig, ctas: int, routes: int) -> None:
+    """Session 24 (docs/perf.md): MXFP8 ``m64n64s4wsr`` 3-14 % faster than ``m64n64s3ws`` at
+    DeepSeek uniform T = 1 to 64, within 3 % at one expert."""
+    n, k = shape
+    want = _mxfp8_by_hand(4, k, regs=True)
+    assert mk.mx_storage(S4R, k, "mxfp8").size_in_bytes() in range(want, want + 1024)
+    assert mk.ctas_per_sm(S4R, k, "mxfp8") == ctas
+    cfg = mk.mx_default_config(n, "mxfp8", routes, k)
+    assert cfg == expected
+    assert cfg in mk.MXFP8_CONFIGS  # compiled, so GPU-tested (test_scale_regs.py)
