@@ -1,5 +1,5 @@
-"""The narrow MXFP4 and NVFP4 defaults' pipeline depth (``mxfp4_gemm_kernel.MX_NARROW_DEPTHS``):
-a deeper TMA pipeline only where it keeps the CTAs per SM it was measured with.
+"""The narrow MX defaults' pipeline depth (``mxfp4_gemm_kernel.MX_NARROW_DEPTHS``): a deeper
+TMA pipeline only where it keeps the CTAs per SM it was measured with.
 
 The expectations are H200 facts computed by hand, not read back from the code: a Hopper SM
 has 228 KiB of shared memory and keeps 1 KiB per resident CTA; a 64-row specialized FP4
@@ -11,7 +11,8 @@ K (64 x K / 32 for MXFP4's 32-element blocks, 64 x K / 16 for NVFP4's 16), excep
 (docs/perf.md, "Session 21" for MXFP4, "Session 22" for NVFP4, "Session 23" for the scale
 bytes in registers): ``m64n64s4wsr`` where three CTAs fit, else ``m64n64s6ws`` where two
 do, else the format's first 64-row variant as before (MXFP4 ``m64n64s3ws``, NVFP4
-``m64n64s2ws``).
+``m64n64s2ws``). MXFP8 (session 24): its stage holds 64 x 64 bytes of E4M3 codes (4 KiB);
+``m64n64s4wsr`` where three CTAs fit, else ``m64n64s3ws``.
 """
 
 from __future__ import annotations
@@ -37,24 +38,26 @@ def _align(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
-SCALE_BLOCK = {"mxfp4": 32, "nvfp4": 16}  # weights per scale byte (CONTRACTS.md s4)
+SCALE_BLOCK = {"mxfp4": 32, "nvfp4": 16, "mxfp8": 32}  # weights per scale byte (CONTRACTS.md s4)
+CODE_BYTES = {"mxfp4": 32, "nvfp4": 32, "mxfp8": 64}  # one row's codes in a 64-wide k tile
 
 
 def _by_hand(stages: int, k: int, weights: str = "mxfp4", regs: bool = False) -> int:
     """Bytes of one CTA's shared memory, laid out field by field as the docstring says:
     barriers (8 bytes each: two per TMA stage, two per decoded tile) and the split-K slot,
-    then the 1 KiB aligned A stages and B tiles, the packed codes, the scale bytes (one
-    16-byte vector for a register variant at a K of whole vectors)."""
+    then the 1 KiB aligned A stages and B tiles, the codes (E2M1 two per byte, MXFP8's E4M3
+    one), the scale bytes (one 16-byte vector for a register variant at a K of whole
+    vectors)."""
     row_scales = k // SCALE_BLOCK[weights]
     off = 8 * 2 * stages + 8 * 2 * 3 + 4
     off = _align(off, 1024) + 64 * 64 * 2 * stages
     off = _align(off, 1024) + 64 * 64 * 2 * 3
-    off = _align(off, 128) + 64 * 32 * stages
+    off = _align(off, 128) + 64 * CODE_BYTES[weights] * stages
     run = 16 if regs and row_scales % 16 == 0 else 64 * row_scales
     return _align(off, 16) + run
 
 
-@pytest.mark.parametrize("weights", ["mxfp4", "nvfp4"])
+@pytest.mark.parametrize("weights", ["mxfp4", "nvfp4", "mxfp8"])
 @pytest.mark.parametrize("cfg", [S2, S3, S4, S6, S4R], ids=lambda c: c.name)
 @pytest.mark.parametrize("k", [256, 2048, 2880, 7168, 16384])
 def test_the_shared_memory_of_a_cta_is_its_tiles(cfg: KernelConfig, k: int,
@@ -158,18 +161,6 @@ def test_without_k_or_past_the_narrow_bound_the_choice_is_unchanged(
     assert mk.mx_default_config(n, "mxfp8", SMALL_CAPACITY) == S3
 
 
-def _mxfp8_by_hand(stages: int, k: int, regs: bool) -> int:
-    """An MXFP8 CTA as ``_by_hand``'s, but a stage holds 64 rows x 64 bytes of E4M3 codes
-    (one byte per weight) and a row has one scale byte per 32 weights."""
-    row_scales = k // 32
-    off = 8 * 2 * stages + 8 * 2 * 3 + 4
-    off = _align(off, 1024) + 64 * 64 * 2 * stages
-    off = _align(off, 1024) + 64 * 64 * 2 * 3
-    off = _align(off, 128) + 64 * 64 * stages
-    run = 16 if regs and row_scales % 16 == 0 else 64 * row_scales
-    return _align(off, 16) + run
-
-
 @pytest.mark.parametrize(("shape", "expected", "ctas"), [
     (DEEPSEEK_FC1, S4R, 3),  # 73 KiB + 16 bytes, 74 as the struct ends on 1 KiB, + 1: 225
     (DEEPSEEK_FC2, S4R, 3),
@@ -183,7 +174,7 @@ def test_the_narrow_mxfp8_default_takes_the_register_variant_where_three_ctas_fi
     """Session 24 (docs/perf.md): MXFP8 ``m64n64s4wsr`` 3-14 % faster than ``m64n64s3ws`` at
     DeepSeek uniform T = 1 to 64, within 3 % at one expert."""
     n, k = shape
-    want = _mxfp8_by_hand(4, k, regs=True)
+    want = _by_hand(4, k, "mxfp8", regs=True)
     assert mk.mx_storage(S4R, k, "mxfp8").size_in_bytes() in range(want, want + 1024)
     assert mk.ctas_per_sm(S4R, k, "mxfp8") == ctas
     cfg = mk.mx_default_config(n, "mxfp8", routes, k)
