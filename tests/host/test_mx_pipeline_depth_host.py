@@ -174,8 +174,6 @@ def test_the_narrow_mxfp8_default_takes_the_register_variant_where_three_ctas_fi
     """Session 24 (docs/perf.md): MXFP8 ``m64n64s4wsr`` 3-14 % faster than ``m64n64s3ws`` at
     DeepSeek uniform T = 1 to 64, within 3 % at one expert."""
     n, k = shape
-    want = _by_hand(4, k, "mxfp8", regs=True)
-    assert mk.mx_storage(S4R, k, "mxfp8").size_in_bytes() in range(want, want + 1024)
     assert mk.ctas_per_sm(S4R, k, "mxfp8") == ctas
     cfg = mk.mx_default_config(n, "mxfp8", routes, k)
     assert cfg == expected
