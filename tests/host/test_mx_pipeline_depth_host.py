@@ -100,36 +100,40 @@ def test_nvfp4_ctas_per_sm_count_its_twice_as_many_scale_bytes(cfg: KernelConfig
     assert mk.ctas_per_sm(cfg, k, "nvfp4") == ctas
 
 
-@pytest.mark.parametrize(("shape", "expected"), [
-    (DEEPSEEK_FC1, S4R),  # 3 CTAs without the run: 12-13 % faster than s6ws at T = 16, 64
-    (DEEPSEEK_FC2, S4R),  # 4 % faster than s4ws
-    (GPTOSS_FC1, S4R),  # K = 2880: the run stays (S4's code); three CTAs
-    (GPTOSS_FC2, S4R),
-    ((4096, 16384), S4R),  # no run: three CTAs at any K of whole vectors
-], ids=["deepseek-fc1", "deepseek-fc2", "gptoss-fc1", "gptoss-fc2", "k16384"])
-@pytest.mark.parametrize("routes", [1, SMALL_CAPACITY, mk.MX_NARROW_ROUTES["mxfp4"]])
-def test_the_narrow_mxfp4_default_takes_the_deepest_pipeline_that_keeps_its_ctas(
-        shape: tuple[int, int], expected: KernelConfig, routes: int) -> None:
-    n, k = shape
-    cfg = mk.mx_default_config(n, "mxfp4", routes, k)
-    assert cfg == expected
-    assert cfg in mk.MXFP4_CONFIGS  # compiled, so GPU-tested (test_mxfp4_gemm_kernel.py)
+SHAPE_IDS = {DEEPSEEK_FC1: "deepseek-fc1", DEEPSEEK_FC2: "deepseek-fc2",
+             GPTOSS_FC1: "gptoss-fc1", GPTOSS_FC2: "gptoss-fc2", (4096, 16384): "k16384"}
+NARROW_CHOICES = [
+    # MXFP4 (session 23): three CTAs without the run at every shape measured
+    ("mxfp4", DEEPSEEK_FC1, S4R),  # 12-13 % faster than s6ws at uniform T = 16, 64
+    ("mxfp4", DEEPSEEK_FC2, S4R),  # 4 % faster than s4ws
+    ("mxfp4", GPTOSS_FC1, S4R),  # K = 2880: the run stays (S4's code); three CTAs
+    ("mxfp4", GPTOSS_FC2, S4R),
+    ("mxfp4", (4096, 16384), S4R),  # no run: three CTAs at any K of whole vectors
+    # NVFP4 (session 23)
+    ("nvfp4", DEEPSEEK_FC1, S4R),  # 14 % faster than s6ws at uniform T = 16 and 64
+    ("nvfp4", DEEPSEEK_FC2, S4R),  # 5 % faster than s4ws
+    ("nvfp4", GPTOSS_FC1, S6),  # K = 2880 keeps the run, twice MXFP4's: s4 would leave two
+    ("nvfp4", GPTOSS_FC2, S6),
+    ("nvfp4", (4096, 16384), S4R),
+    # MXFP8 (session 24): 3-14 % faster than s3ws at DeepSeek uniform T = 1 to 64, within
+    # 3 % at one expert; where the run stays (K = 2880) two CTAs fit, so s3ws as before
+    ("mxfp8", DEEPSEEK_FC1, S4R),
+    ("mxfp8", DEEPSEEK_FC2, S4R),
+    ("mxfp8", GPTOSS_FC1, S3),
+    ("mxfp8", GPTOSS_FC2, S3),
+    ("mxfp8", (4096, 16384), S4R),
+]
 
 
-@pytest.mark.parametrize(("shape", "expected"), [
-    (DEEPSEEK_FC1, S4R),  # 14 % faster than s6ws at uniform T = 16 and 64
-    (DEEPSEEK_FC2, S4R),  # 5 % faster than s4ws
-    (GPTOSS_FC1, S6),  # K = 2880 keeps the run, twice MXFP4's: s4 would leave two CTAs
-    (GPTOSS_FC2, S6),
-    ((4096, 16384), S4R),
-], ids=["deepseek-fc1", "deepseek-fc2", "gptoss-fc1", "gptoss-fc2", "k16384"])
-@pytest.mark.parametrize("routes", [1, SMALL_CAPACITY, mk.MX_NARROW_ROUTES["nvfp4"]])
-def test_the_narrow_nvfp4_default_takes_the_deepest_pipeline_that_keeps_its_ctas(
-        shape: tuple[int, int], expected: KernelConfig, routes: int) -> None:
+@pytest.mark.parametrize(("weights", "shape", "expected"), NARROW_CHOICES,
+                         ids=[f"{w}-{SHAPE_IDS[s]}" for w, s, _ in NARROW_CHOICES])
+@pytest.mark.parametrize("routes", [1, SMALL_CAPACITY, 8192])  # 8192: MX_NARROW_ROUTES, by hand
+def test_the_narrow_default_takes_the_deepest_pipeline_that_keeps_its_ctas(
+        weights: str, shape: tuple[int, int], expected: KernelConfig, routes: int) -> None:
     n, k = shape
-    cfg = mk.mx_default_config(n, "nvfp4", routes, k)
+    cfg = mk.mx_default_config(n, weights, routes, k)
     assert cfg == expected
-    assert cfg in mk.NVFP4_CONFIGS  # compiled, so GPU-tested (test_nvfp4_kernels.py)
+    assert cfg in mk.CONFIGS_BY_FORMAT[weights]  # compiled, so GPU-tested
 
 
 def test_the_depth_rule_is_caught_when_it_ignores_occupancy(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -161,20 +165,12 @@ def test_without_k_or_past_the_narrow_bound_the_choice_is_unchanged(
     assert mk.mx_default_config(n, "mxfp8", SMALL_CAPACITY) == S3
 
 
-@pytest.mark.parametrize(("shape", "expected", "ctas"), [
-    (DEEPSEEK_FC1, S4R, 3),  # 73 KiB + 16 bytes, 74 as the struct ends on 1 KiB, + 1: 225
-    (DEEPSEEK_FC2, S4R, 3),
-    (GPTOSS_FC1, S3, 2),  # K = 2880: 90 scale bytes per row, the run stays: 78.6 KiB + 1
-    (GPTOSS_FC2, S3, 2),
-    ((4096, 16384), S4R, 3),
-], ids=["deepseek-fc1", "deepseek-fc2", "gptoss-fc1", "gptoss-fc2", "k16384"])
-@pytest.mark.parametrize("routes", [1, SMALL_CAPACITY, mk.MX_NARROW_ROUTES["mxfp8"]])
-def test_the_narrow_mxfp8_default_takes_the_register_variant_where_three_ctas_fit(
-        shape: tuple[int, int], expected: KernelConfig, ctas: int, routes: int) -> None:
-    """Session 24 (docs/perf.md): MXFP8 ``m64n64s4wsr`` 3-14 % faster than ``m64n64s3ws`` at
-    DeepSeek uniform T = 1 to 64, within 3 % at one expert."""
-    n, k = shape
+@pytest.mark.parametrize(("k", "ctas"), [
+    (7168, 3),  # 73 KiB + 16 bytes, 74 as the struct ends on 1 KiB, + 1: 225 <= 228
+    (2048, 3),
+    (2880, 2),  # 90 scale bytes per row, the run stays: 78.6 KiB + 1
+    (16384, 3),
+])
+def test_mxfp8_register_variant_keeps_three_ctas_where_its_scale_bytes_are_vectors(
+        k: int, ctas: int) -> None:
     assert mk.ctas_per_sm(S4R, k, "mxfp8") == ctas
-    cfg = mk.mx_default_config(n, "mxfp8", routes, k)
-    assert cfg == expected
-    assert cfg in mk.MXFP8_CONFIGS  # compiled, so GPU-tested (test_scale_regs.py)
