@@ -9,8 +9,10 @@ median per call, warm L2).
 
 A name that is not among the format's compiled variants (``CONFIGS_BY_FORMAT``) is parsed
 (``m64n64s5ws``: 64-row tile, 64 columns, 5 stages, specialized; a trailing ``r``: scale
-bytes in registers, ``scale_regs``) and added to the format's
-variants for this process only, so a depth can be tried without editing the kernels:
+bytes in registers, ``scale_regs``; a trailing ``h``: the segments' first halves first,
+``halves``) and added to the format's variants for this process only, so a depth can be
+tried without editing the kernels (``--layer-mcap``: the layer's grid for the case's route
+capacity instead of one sized to its live rows):
 
     PYTHONPATH=. python3 docs/wip/exp_decode_depth.py --weights mxfp8 \
         --configs m64n64s3ws m64n64s4ws m64n64s6ws --cases skewed:1 uniform:16
@@ -27,7 +29,7 @@ from megamoe.bench.benchmarks.layer import SHAPES
 from megamoe.bench.layer_stages import _time_graph
 from megamoe.bench.mx_gemm import _weights, expert_rows, variants
 
-_NAME = re.compile(r"^(?:m(\d+))?n(\d+)s(\d+)(persist)?(ws)?(r)?(?:k(\d+))?$")
+_NAME = re.compile(r"^(?:m(\d+))?n(\d+)s(\d+)(persist)?(ws)?(r)?(?:k(\d+))?(h)?$")
 
 
 def add_variants(weights: str, names: list[str]) -> None:
@@ -44,10 +46,11 @@ def add_variants(weights: str, names: list[str]) -> None:
         m = _NAME.match(name)
         if m is None:
             raise SystemExit(f"--configs: cannot parse {name!r}")
-        tile_m, tile_n, stages, persist, ws, regs, splits = m.groups()
+        tile_m, tile_n, stages, persist, ws, regs, splits, halves = m.groups()
         cfg = KernelConfig(int(tile_n), int(stages), ws=bool(persist),
                            tile_m=int(tile_m) if tile_m else TILE_M, specialized=bool(ws),
-                           splits=int(splits) if splits else 1, scale_regs=bool(regs))
+                           splits=int(splits) if splits else 1, scale_regs=bool(regs),
+                           halves=bool(halves))
         if cfg.name != name:
             raise SystemExit(f"--configs: {name!r} parses as {cfg.name!r}")
         extra.append(cfg)
@@ -61,6 +64,9 @@ def main() -> None:
                                                      "uniform:16"])
     ap.add_argument("--shape", default="deepseek")
     ap.add_argument("--weights", default="mxfp4", choices=("mxfp4", "mxfp8", "nvfp4"))
+    ap.add_argument("--layer-mcap", action="store_true",
+                    help="size M_cap (and so the grid) as the layer does for the case's "
+                         "route capacity (T * top_k), not for its live rows")
     args = ap.parse_args()
     from megamoe.experts import api
 
@@ -74,7 +80,8 @@ def main() -> None:
         active, rows = expert_rows(s.experts, s.top_k, int(tokens), routes)
         counts = torch.zeros(s.experts, dtype=torch.int32)
         counts[:active] = rows
-        m_cap = api.capacity_rows(int(counts.sum()), s.experts)
+        m_cap = api.capacity_rows(int(tokens) * s.top_k if args.layer_mcap
+                                  else int(counts.sum()), s.experts)
         seg_h = api.padded_segment_starts(counts)
         live = torch.cat([torch.arange(int(seg_h[e]), int(seg_h[e]) + rows)
                           for e in range(active)]).to(dev)

@@ -91,7 +91,9 @@ class KernelConfig:
     slice, float32 partial sums combined in slice order by the tile's last CTA;
     ``megamoe.experts.split_k``), and whether its decode threads read the weights' scale
     bytes from global memory into registers a few k tiles ahead instead of from a K-long
-    copy in shared memory (``scale_regs``; ``mxfp4_gemm_kernel.scale_run_in_smem``)."""
+    copy in shared memory (``scale_regs``; ``mxfp4_gemm_kernel.scale_run_in_smem``), and
+    whether its grid takes the first 64-row half of every segment's tiles before the second
+    halves (``halves``: ``halves_tile``; 64-row specialized MX GEMM without split-K only)."""
 
     tile_n: int
     stages: int
@@ -100,6 +102,7 @@ class KernelConfig:
     specialized: bool = False
     splits: int = 1
     scale_regs: bool = False
+    halves: bool = False
 
     def __post_init__(self) -> None:
         if self.splits < 1:
@@ -107,13 +110,19 @@ class KernelConfig:
         if self.scale_regs and (not self.specialized or self.splits > 1):
             raise ValueError("scale_regs: needs a specialized variant without split-K, got "
                              f"specialized={self.specialized}, splits={self.splits}")
+        if self.halves and (not self.specialized or self.splits > 1
+                            or 2 * self.tile_m != TILE_M):
+            raise ValueError("halves: needs a specialized variant of TILE_M / 2 rows without "
+                             f"split-K, got specialized={self.specialized}, "
+                             f"splits={self.splits}, tile_m={self.tile_m}")
 
     @property
     def name(self) -> str:
         rows = "" if self.tile_m == TILE_M else f"m{self.tile_m}"
         return (f"{rows}n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
                 + ("ws" if self.specialized else "") + ("r" if self.scale_regs else "")
-                + (f"k{self.splits}" if self.splits > 1 else ""))
+                + (f"k{self.splits}" if self.splits > 1 else "")
+                + ("h" if self.halves else ""))
 
 
 CONFIGS = (
@@ -351,11 +360,30 @@ def make_locate(n_tiles: int, tile_m: int = TILE_M):
     return locate
 
 
-def make_locate_cta(n_tiles: int, tile_m: int = TILE_M):
+def halves_tile(block: Int32, tiles: Int32, select=cutlass.select_) -> Int32:
+    """The raster tile (``locate``'s order) of live block ``block`` of ``tiles``: the first
+    ``ceil(tiles / 2)`` blocks take the even tiles in order, the rest the odd ones. A
+    bijection of ``[0, tiles)``, so every tile still has one CTA and no output bit depends
+    on it (CONTRACTS.md s7).
+
+    Why: with 64-row tiles and segments padded to ``TILE_M`` = 128 rows, ``locate``'s even
+    tiles are the first halves of the segments, where a small batch's rows sit (rows fill a
+    segment from its start), and the odd ones the second halves, dead below 65 rows per
+    expert. Interleaved, the live CTAs take every other block; once the grid exceeds the
+    resident slots the hardware then puts two or three of them on one SM, where their
+    decode warpgroups share it (session 25's probe, docs/perf.md "Session 25"). Taken
+    first, they are consecutive blocks and land one to an SM. ``select``:
+    ``cutlass.select_`` in a kernel, a Python choice on the host."""
+    evens = (tiles + 1) // 2
+    return select(block < evens, 2 * block, 2 * (block - evens) + 1)
+
+
+def make_locate_cta(n_tiles: int, tile_m: int = TILE_M, halves: bool = False):
     """``locate_cta(bid, m_cap, seg_ptr, cnt_ptr, E) -> (pid_m, pid_n, e, row0, live,
     live_end)``: ``make_locate``'s ``locate`` for the kernels that give each CTA one tile of
     a grid over all ``M_cap`` tiles; a CTA past the live tiles (``live_m_tiles``) is dead
-    after one load, without the expert search."""
+    after one load, without the expert search. ``halves``: the live blocks take their
+    tiles through ``halves_tile`` (``KernelConfig.halves``)."""
     locate = make_locate(n_tiles, tile_m)
 
     @cute.jit
@@ -365,7 +393,10 @@ def make_locate_cta(n_tiles: int, tile_m: int = TILE_M):
         live = bid < m_tiles * n_tiles
         pid_m, pid_n, e, row0, live_end = bid, bid, Int32(0), Int32(0), Int32(0)
         if live:
-            pid_m, pid_n, e, row0, live, live_end = locate(bid, m_tiles, m_cap, seg_ptr,
+            tile = bid
+            if cutlass.const_expr(halves):
+                tile = halves_tile(bid, m_tiles * n_tiles)
+            pid_m, pid_n, e, row0, live, live_end = locate(tile, m_tiles, m_cap, seg_ptr,
                                                            cnt_ptr, num_experts)
         return pid_m, pid_n, e, row0, live, live_end
 

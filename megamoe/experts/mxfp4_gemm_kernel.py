@@ -134,6 +134,7 @@ MXFP4_CONFIGS = (
     KernelConfig(64, 4, tile_m=64, specialized=True),
     KernelConfig(64, 6, tile_m=64, specialized=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
+    KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True),
 )
 """The compiled MXFP4 variants; ``mx_default_config`` takes the first of the height the route
 capacity asks for (``MX_NARROW_ROUTES``) whose column tile divides ``N`` (one CTA per tile;
@@ -165,7 +166,14 @@ no persistent variant), or for a small capacity and a known ``K`` a deeper pipel
   GEMM alone, against the variants the narrow default took before (FC1 ``m64n64s6ws``, FC2
   ``m64n64s4ws``): FC1 -12 / -13 % at uniform T = 16 / 64, -1 / -5 % at one expert T = 1 /
   16, +4 % at uniform T = 1; FC2 -3 to -5 % everywhere measured (docs/perf.md "Session
-  23")."""
+  23").
+- ``m64n64s4wsrh`` (every format; the narrow default where three CTAs fit,
+  ``MX_NARROW_DEPTHS``): ``m64n64s4wsr`` with the segments' first halves first
+  (``halves_tile``). H200, DeepSeek, GEMM alone in the layer's grid (``M_cap`` for the
+  route capacity), against ``m64n64s4wsr``, MXFP4 FC1 / FC2: -30 / -24 % at one expert
+  T = 1, -29 / -4 % at T = 16, -13 / -8 % at uniform T = 1, -2 / -2 % at T = 16 (MXFP8:
+  -19 / -17, -24 / -14, -11 / -9, +0.5 / -3 %); every live row bit for bit the same
+  (docs/perf.md "Session 25")."""
 MXFP8_CONFIGS = (
     KernelConfig(64, 3, tile_m=64, specialized=True),
     KernelConfig(64, 3),
@@ -173,6 +181,7 @@ MXFP8_CONFIGS = (
     KernelConfig(64, 3, specialized=True),
     KernelConfig(64, 4, tile_m=64),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
+    KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True),
 )
 """The MXFP8 variants, chosen as ``MXFP4_CONFIGS`` (a stage holds twice the payload bytes:
 ``n64s3`` is the deepest 64-column pipeline that still fits two CTAs per SM at K = 7168).
@@ -195,6 +204,7 @@ NVFP4_CONFIGS = (
     KernelConfig(64, 4, tile_m=64, specialized=True),
     KernelConfig(64, 6, tile_m=64, specialized=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
+    KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True),
 )
 """The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
 memory: fewer stages). ``m64n64s2ws``: the MX formats' 64-row shape with two stages
@@ -253,14 +263,20 @@ specialized 64-row variants 58-63 at DeepSeek shapes, and allocates a warp's reg
 units of 256 (8 per thread), so 64."""
 
 MX_NARROW_DEPTHS: dict[str, tuple[tuple[str, int], ...]] = {
-    "mxfp4": (("m64n64s4wsr", 3), ("m64n64s6ws", 2)),
-    "mxfp8": (("m64n64s4wsr", 3),),
-    "nvfp4": (("m64n64s4wsr", 3), ("m64n64s6ws", 2)),
+    "mxfp4": (("m64n64s4wsrh", 3), ("m64n64s6ws", 2)),
+    "mxfp8": (("m64n64s4wsrh", 3),),
+    "nvfp4": (("m64n64s4wsrh", 3), ("m64n64s6ws", 2)),
 }
 """Per format, the 64-row specialized variants the narrow default prefers, in order, as
 ``(name, CTAs per SM)``: the variant (one of the format's compiled configs) is taken if it
 keeps that many CTAs per SM (``ctas_per_sm``) at the GEMM's ``K``; when none qualifies (or
 ``K`` is not given) the narrow default is the format's first 64-row variant.
+Session 25 (docs/perf.md "Session 25"): ``m64n64s4wsrh``, ``m64n64s4wsr`` with the
+segments' first halves first (``halves_tile``), in its place in every format: the same
+shared memory and rows, the live CTAs on consecutive blocks. Whole DeepSeek layer by
+stage against ``m64n64s4wsr``: forward -21 / -13 % (``fp8_mxfp4``), -16 / -17 %
+(``mxfp8``), -24 / -18 % (``nvfp4``) at one expert T = 1 / 16; -12 / -8 / -7 % at uniform
+T = 1; -1 to -3 % at uniform T = 16; within 1 % at T = 256 (uniform and one expert).
 Session 23 (docs/perf.md): ``m64n64s4wsr`` first, the 4-stage pipeline without the
 K-long scale run (``scale_regs``), which keeps three CTAs per SM wherever the scale bytes
 are whole vectors and, where they are not (gpt-oss's K = 2880), runs ``m64n64s4ws``'s code.
@@ -428,7 +444,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     if scale_regs and group * thread_blocks != 4 * packed_words:
         raise ValueError(f"scale_regs: {group} k tiles x {thread_blocks} scale bytes per "
                          f"thread do not fill {packed_words} words")
-    locate_cta = make_locate_cta(n_tiles, tile_m)
+    locate_cta = make_locate_cta(n_tiles, tile_m, cfg.halves)
     store = make_store(swiglu, n_out, out_f32)
 
     Storage = mx_storage(cfg, k, weights)
@@ -1149,6 +1165,13 @@ def build_mxfp4_gemm_swiglu_specialized_m64_s4_regs():
     """K = 1024: 32 scale bytes per row, two vectors: the register path, not the fallback."""
     return compile_mxfp4_gemm("swiglu", 256, 1024, KernelConfig(
         64, 4, tile_m=64, specialized=True, scale_regs=True), out_f32=True)
+
+
+@register_kernel("grouped_gemm_mxfp4_plain_k1024_n192_m64n64s4wsrh")
+def build_mxfp4_gemm_plain_specialized_m64_s4_regs_halves():
+    """The segments' first halves first (``halves_tile`` in ``locate_cta``)."""
+    return compile_mxfp4_gemm("plain", 192, 1024, KernelConfig(
+        64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True))
 
 
 @register_kernel("grouped_gemm_nvfp4_plain_k512_n192_m64n64s4wsr")
