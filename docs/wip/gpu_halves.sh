@@ -5,6 +5,8 @@
 # the whole DeepSeek layer by stage with the narrow default swapped for it
 # (with_narrow.py) against the default, three quantized recipes.
 #   run(command="bash docs/wip/gpu_halves.sh", carry=[".whl"], timeout_s=600)
+# (Ran once, before landing: on main since then both arms take m64n64s4wsrh, so the A/B
+# needs the with_narrow.py rule set back to m64n64s4wsr for the "main" arm.)
 # $OUT gets tests.txt, gemm.txt and stages.txt.
 source .whl/prelude.sh
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
