@@ -50,6 +50,7 @@ row, its pre-scale and score, and ``b[e]`` (the invariance contract, CONTRACTS.m
 # no `from __future__ import annotations`: cute.struct reads its annotations as objects
 
 import math
+from dataclasses import dataclass
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -135,6 +136,7 @@ MXFP4_CONFIGS = (
     KernelConfig(64, 6, tile_m=64, specialized=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True),
+    KernelConfig(64, 6, tile_m=64, specialized=True, halves=True),
 )
 """The compiled MXFP4 variants; ``mx_default_config`` takes the first of the height the route
 capacity asks for (``MX_NARROW_ROUTES``) whose column tile divides ``N`` (one CTA per tile;
@@ -173,7 +175,10 @@ no persistent variant), or for a small capacity and a known ``K`` a deeper pipel
   route capacity), against ``m64n64s4wsr``, MXFP4 FC1 / FC2: -30 / -24 % at one expert
   T = 1, -29 / -4 % at T = 16, -13 / -8 % at uniform T = 1, -2 / -2 % at T = 16 (MXFP8:
   -19 / -17, -24 / -14, -11 / -9, +0.5 / -3 %); every live row bit for bit the same
-  (docs/perf.md "Session 25")."""
+  (docs/perf.md "Session 25").
+- ``m64n64s6wsh``: ``m64n64s6ws`` with the same raster, the fallback where ``K``'s scale run
+  keeps ``m64n64s4wsrh`` to two CTAs per SM (``MX_NARROW_DEPTHS``; NVFP4's twin measured in
+  session 26)."""
 MXFP8_CONFIGS = (
     KernelConfig(64, 3, tile_m=64, specialized=True),
     KernelConfig(64, 3),
@@ -182,6 +187,7 @@ MXFP8_CONFIGS = (
     KernelConfig(64, 4, tile_m=64),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True),
+    KernelConfig(64, 3, tile_m=64, specialized=True, halves=True),
 )
 """The MXFP8 variants, chosen as ``MXFP4_CONFIGS`` (a stage holds twice the payload bytes:
 ``n64s3`` is the deepest 64-column pipeline that still fits two CTAs per SM at K = 7168).
@@ -194,7 +200,9 @@ for MXFP4 (about 75 KB); H200, DeepSeek uniform, FC1 / FC2 us against ``n64s3``:
 where it does (``MX_NARROW_DEPTHS``): H200, DeepSeek, GEMM alone, against ``m64n64s3ws``,
 FC1 / FC2 -14 / -5 % at uniform T = 1, -6 / -5 % at T = 16, -3 / -6 % at T = 64, and at one
 expert FC1 +0.3 / -1.2 % and FC2 +1.5 / +3.0 % at T = 1 / 16 (docs/perf.md "Session
-24")."""
+24"). ``m64n64s3wsh`` (``m64n64s3ws`` with the first-halves raster) is the narrow default
+where ``m64n64s4wsrh`` keeps two (gpt-oss's K = 2880): 1-21 % faster than ``m64n64s3ws`` in
+the GEMM alone there, most at FC2 (docs/perf.md "Session 26")."""
 NVFP4_CONFIGS = (
     KernelConfig(64, 2, tile_m=64, specialized=True),
     KernelConfig(64, 3),
@@ -205,6 +213,7 @@ NVFP4_CONFIGS = (
     KernelConfig(64, 6, tile_m=64, specialized=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True),
+    KernelConfig(64, 6, tile_m=64, specialized=True, halves=True),
 )
 """The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
 memory: fewer stages). ``m64n64s2ws``: the MX formats' 64-row shape with two stages
@@ -220,7 +229,9 @@ one-expert T <= 16, and 27 % slower at skewed T = 1024 (thousands of rows on a f
 experts, where 128-row tiles win: ``MX_NARROW_ROUTES``) (docs/perf.md "Session 22").
 ``m64n64s4wsr`` (``scale_regs``): without the 28 KiB scale run, three CTAs per SM at K =
 7168; 14 % faster than ``m64n64s6ws`` at DeepSeek FC1 uniform T = 16 and 64, 5 % than
-``m64n64s4ws`` at FC2 (docs/perf.md "Session 23").
+``m64n64s4ws`` at FC2 (docs/perf.md "Session 23"). ``m64n64s6wsh``, ``m64n64s6ws`` with the
+first-halves raster, is the fallback where the scale run stays (gpt-oss's K = 2880): 1-32 %
+faster than ``m64n64s6ws`` in the GEMM alone there (docs/perf.md "Session 26").
 ``n64s3`` stays the default for large (or unknown) route capacities. ``n64s3ws``
 measured 4 % faster than ``n64s3`` at DeepSeek FC1 T = 16, 2-5 % slower everywhere else
 (whole A tiles)."""
@@ -263,9 +274,9 @@ specialized 64-row variants 58-63 at DeepSeek shapes, and allocates a warp's reg
 units of 256 (8 per thread), so 64."""
 
 MX_NARROW_DEPTHS: dict[str, tuple[tuple[str, int], ...]] = {
-    "mxfp4": (("m64n64s4wsrh", 3), ("m64n64s6ws", 2)),
-    "mxfp8": (("m64n64s4wsrh", 3),),
-    "nvfp4": (("m64n64s4wsrh", 3), ("m64n64s6ws", 2)),
+    "mxfp4": (("m64n64s4wsrh", 3), ("m64n64s6wsh", 2)),
+    "mxfp8": (("m64n64s4wsrh", 3), ("m64n64s3wsh", 1)),
+    "nvfp4": (("m64n64s4wsrh", 3), ("m64n64s6wsh", 2)),
 }
 """Per format, the 64-row specialized variants the narrow default prefers, in order, as
 ``(name, CTAs per SM)``: the variant (one of the format's compiled configs) is taken if it
@@ -277,6 +288,15 @@ shared memory and rows, the live CTAs on consecutive blocks. Whole DeepSeek laye
 stage against ``m64n64s4wsr``: forward -21 / -13 % (``fp8_mxfp4``), -16 / -17 %
 (``mxfp8``), -24 / -18 % (``nvfp4``) at one expert T = 1 / 16; -12 / -8 / -7 % at uniform
 T = 1; -1 to -3 % at uniform T = 16; within 1 % at T = 256 (uniform and one expert).
+Session 26 (docs/perf.md "Session 26"): the same raster on the fallbacks, where the scale
+run stays in shared memory and ``m64n64s4wsrh`` keeps too few CTAs (gpt-oss's K = 2880):
+NVFP4 ``m64n64s6wsh`` and MXFP8 ``m64n64s3wsh`` (``(name, 1)``: at any occupancy, as the
+first 64-row variant it replaces was). H200, gpt-oss, GEMM alone in the layer's grid,
+against the twin without the raster, FC1 / FC2: NVFP4 -16 / -32 % at one expert T = 1,
+-5 / -27 % at T = 16, -6 / -1 % at uniform T = 1, -2 / -3 % at T = 16; MXFP8 -2 / -21 %,
+-1 / -14 %, -2 / -19 %, -2 / -3 %; every live row bit for bit the twin's. MXFP4 takes
+``m64n64s6wsh`` for the same fallback (where ``K``'s scale run leaves ``m64n64s4wsrh`` two
+CTAs, e.g. H = 7040).
 Session 23 (docs/perf.md): ``m64n64s4wsr`` first, the 4-stage pipeline without the
 K-long scale run (``scale_regs``), which keeps three CTAs per SM wherever the scale bytes
 are whole vectors and, where they are not (gpt-oss's K = 2880), runs ``m64n64s4ws``'s code.
@@ -385,6 +405,26 @@ def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None,
 def mxfp4_default_config(n: int, routes: int | None = None, k: int | None = None) -> KernelConfig:
     """``mx_default_config`` for MXFP4 weights."""
     return mx_default_config(n, "mxfp4", routes, k)
+
+
+def decode_k_tile(mainloop, decoded, read, fill, decode, s_qw, scales, s_b32, outer, wrow,
+                  b0):
+    """One k tile of the specialized kernel's decode warpgroup, whichever path its scale bytes
+    come from (shared-memory run, register vectors, picked words): wait for the tile's TMA
+    stage ``read``, decode it with ``scales`` into the free bf16 B tile ``fill``, hand that to
+    the MMA warpgroups, free the stage. Returns the advanced ``(read, fill)``: the callers'
+    dynamic loops carry the states by name. Module-level, all operands passed: the DSL
+    refuses a closure that captures variables inside dynamic control flow."""
+    mainloop.consumer_wait(read)
+    decoded.producer_acquire(fill)
+    decode(s_qw, scales, s_b32, outer, wrow, b0, read.index, fill.index)
+    cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
+                          space=cute.arch.SharedSpace.shared_cta)
+    decoded.producer_commit(fill)
+    fill.advance()
+    mainloop.consumer_release(read)
+    read.advance()
+    return read, fill
 
 
 def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: str = "mxfp4"):
@@ -865,6 +905,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
                 fill = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
                                                     CONVERT_BUFS)
+
                 if cutlass.const_expr(scale_regs):
                     # its row's scale vectors as words (vector, expert): vector g's bytes are
                     # packed at the start of k tile group g, when vector g + 1 is loaded
@@ -887,47 +928,26 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                                 pk[w] = v
                             ahead = cutlass.min(kt // group + 1, Int32(row_vecs - 1))
                             nxt.store(m_wv[None, vec0 + ahead, e].load())
-                        mainloop.consumer_wait(read)
-                        decoded.producer_acquire(fill)
-                        decode(s_qw, picked_scales(pk, j), s_b32, b_layout.outer, wrow, b0,
-                               read.index, fill.index)
-                        cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
-                                              space=cute.arch.SharedSpace.shared_cta)
-                        decoded.producer_commit(fill)
-                        fill.advance()
-                        mainloop.consumer_release(read)
-                        read.advance()
+                        read, fill = decode_k_tile(mainloop, decoded, read, fill, decode, s_qw,
+                                                   picked_scales(pk, j), s_b32,
+                                                   b_layout.outer, wrow, b0)
                 elif cutlass.const_expr(scale_regs):
                     for g in cutlass.range(row_vecs, unroll=1):
                         packed = pack_scales(nxt, first)
                         ahead = cutlass.min(g + 1, Int32(row_vecs - 1))
                         nxt.store(m_wv[None, vec0 + ahead, e].load())
                         for j in cutlass.range_constexpr(group):
-                            mainloop.consumer_wait(read)
-                            decoded.producer_acquire(fill)
-                            decode(s_qw, packed_scales(packed, j), s_b32, b_layout.outer,
-                                   wrow, b0, read.index, fill.index)
-                            cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
-                                                  space=cute.arch.SharedSpace.shared_cta)
-                            decoded.producer_commit(fill)
-                            fill.advance()
-                            mainloop.consumer_release(read)
-                            read.advance()
+                            read, fill = decode_k_tile(mainloop, decoded, read, fill, decode, s_qw,
+                                                       packed_scales(packed, j), s_b32,
+                                                       b_layout.outer, wrow, b0)
                 else:
                     copy_scales(storage, wscale_ptr, pid_n, e, num_experts, tidx, decoders)
                     # the decode warpgroup's own barrier (id 1): s_s complete before it is read
                     cute.arch.barrier(barrier_id=1, number_of_threads=decoders)
                     for kt in cutlass.range(kt0, kt1, unroll=1):
-                        mainloop.consumer_wait(read)
-                        decoded.producer_acquire(fill)
-                        decode(s_qw, smem_scales(s_s, wrow, b0, kt), s_b32, b_layout.outer,
-                               wrow, b0, read.index, fill.index)
-                        cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared,
-                                              space=cute.arch.SharedSpace.shared_cta)
-                        decoded.producer_commit(fill)
-                        fill.advance()
-                        mainloop.consumer_release(read)
-                        read.advance()
+                        read, fill = decode_k_tile(mainloop, decoded, read, fill, decode, s_qw,
+                                                   smem_scales(s_s, wrow, b0, kt), s_b32,
+                                                   b_layout.outer, wrow, b0)
                 decoded.producer_tail(fill)
             else:
                 mtid = tidx - decoders
@@ -1058,131 +1078,64 @@ def compile_mxfp4_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = Non
     return compile_mx_gemm(mode, n, k, cfg, ptrs, stream, out_f32, "mxfp4")
 
 
-@register_kernel("grouped_gemm_mxfp4_swiglu_f32_k256_n256_n128s6")
-def build_mxfp4_gemm_swiglu():
-    return compile_mxfp4_gemm("swiglu", 256, 256, KernelConfig(128, 6), out_f32=True)
+@dataclass(frozen=True)
+class GateBuild:
+    """One MX GEMM the offline compile gate (``megamoe.kernel_registry``) builds: weight
+    format, mode, ``N``, ``K``, variant and output type, registered under ``name``
+    (``grouped_gemm_<weights>_<mode>[_f32]_k<K>_n<N>_<variant>``)."""
+
+    weights: str
+    mode: str
+    n: int
+    k: int
+    cfg: KernelConfig
+    out_f32: bool = False
+    why: str = ""
+
+    @property
+    def name(self) -> str:
+        f32 = "_f32" if self.out_f32 else ""
+        return f"grouped_gemm_{self.weights}_{self.mode}{f32}_k{self.k}_n{self.n}_{self.cfg.name}"
+
+    def build(self):
+        return compile_mx_gemm(self.mode, self.n, self.k, self.cfg, out_f32=self.out_f32,
+                               weights=self.weights)
 
 
-@register_kernel("grouped_gemm_mxfp4_plain_k128_n192_n64s4")
-def build_mxfp4_gemm_plain():
-    return compile_mxfp4_gemm("plain", 192, 128, KernelConfig(64, 4))
+_M64WS = {"tile_m": 64, "specialized": True}
+GATE_BUILDS = (
+    GateBuild("mxfp4", "swiglu", 256, 256, KernelConfig(128, 6), True),
+    GateBuild("mxfp4", "plain", 192, 128, KernelConfig(64, 4)),
+    GateBuild("mxfp4", "swiglu", 256, 256, KernelConfig(64, 6, tile_m=64)),
+    GateBuild("nvfp4", "swiglu", 256, 256, KernelConfig(128, 4), True),
+    GateBuild("nvfp4", "plain", 192, 128, KernelConfig(64, 3)),
+    GateBuild("mxfp8", "swiglu", 256, 256, KernelConfig(128, 5), True),
+    GateBuild("mxfp8", "plain", 192, 128, KernelConfig(64, 3)),
+    GateBuild("mxfp4", "swiglu", 256, 256, KernelConfig(64, 4, specialized=True)),
+    GateBuild("nvfp4", "plain", 192, 128, KernelConfig(64, 3, specialized=True), True),
+    GateBuild("mxfp4", "swiglu", 256, 256, KernelConfig(64, 3, **_M64WS), True),
+    GateBuild("mxfp8", "plain", 192, 128, KernelConfig(64, 3, **_M64WS)),
+    GateBuild("nvfp4", "swiglu", 256, 256, KernelConfig(64, 2, **_M64WS), True),
+    GateBuild("mxfp4", "swiglu", 256, 256, KernelConfig(64, 3, **_M64WS, splits=4), True),
+    GateBuild("mxfp4", "plain", 192, 512, KernelConfig(64, 3, **_M64WS, splits=2)),
+    GateBuild("mxfp4", "plain", 192, 256, KernelConfig(64, 4, **_M64WS)),
+    GateBuild("mxfp4", "swiglu", 256, 512, KernelConfig(64, 6, **_M64WS), True),
+    GateBuild("nvfp4", "plain", 192, 256, KernelConfig(64, 4, **_M64WS)),
+    GateBuild("nvfp4", "swiglu", 256, 512, KernelConfig(64, 6, **_M64WS), True),
+    GateBuild("mxfp4", "swiglu", 256, 1024, KernelConfig(64, 4, **_M64WS, scale_regs=True),
+              True, "32 scale bytes per row, two vectors: the register path, not the fallback"),
+    GateBuild("mxfp4", "plain", 192, 1024,
+              KernelConfig(64, 4, **_M64WS, scale_regs=True, halves=True),
+              why="the segments' first halves first (``halves_tile`` in ``locate_cta``)"),
+    GateBuild("nvfp4", "plain", 192, 512, KernelConfig(64, 4, **_M64WS, scale_regs=True),
+              why="32 scale bytes per row, two vectors: the register path"),
+    GateBuild("mxfp8", "plain", 192, 1024, KernelConfig(64, 4, **_M64WS, scale_regs=True),
+              why="the register path's picking loop (``SCALE_LOOP_UNROLLED``)"),
+)
+"""The MX GEMMs the offline compile gate builds: small shapes that reach each code path (the
+three formats, both modes, both output types, 128- and 64-row tiles, the specialized,
+split-K, register and first-halves variants); ``why`` names the path a shape was chosen
+for where the variant alone does not."""
 
-
-@register_kernel("grouped_gemm_mxfp4_swiglu_k256_n256_m64n64s6")
-def build_mxfp4_gemm_swiglu_m64():
-    return compile_mxfp4_gemm("swiglu", 256, 256, KernelConfig(64, 6, tile_m=64))
-
-
-@register_kernel("grouped_gemm_nvfp4_swiglu_f32_k256_n256_n128s4")
-def build_nvfp4_gemm_swiglu():
-    return compile_mx_gemm("swiglu", 256, 256, KernelConfig(128, 4), out_f32=True,
-                           weights="nvfp4")
-
-
-@register_kernel("grouped_gemm_nvfp4_plain_k128_n192_n64s3")
-def build_nvfp4_gemm_plain():
-    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3), weights="nvfp4")
-
-
-@register_kernel("grouped_gemm_mxfp8_swiglu_f32_k256_n256_n128s5")
-def build_mxfp8_gemm_swiglu():
-    return compile_mx_gemm("swiglu", 256, 256, KernelConfig(128, 5), out_f32=True,
-                           weights="mxfp8")
-
-
-@register_kernel("grouped_gemm_mxfp8_plain_k128_n192_n64s3")
-def build_mxfp8_gemm_plain():
-    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3), weights="mxfp8")
-
-
-@register_kernel("grouped_gemm_mxfp4_swiglu_k256_n256_n64s4ws")
-def build_mxfp4_gemm_swiglu_specialized():
-    return compile_mxfp4_gemm("swiglu", 256, 256, KernelConfig(64, 4, specialized=True))
-
-
-@register_kernel("grouped_gemm_nvfp4_plain_f32_k128_n192_n64s3ws")
-def build_nvfp4_gemm_plain_specialized():
-    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3, specialized=True),
-                           out_f32=True, weights="nvfp4")
-
-
-@register_kernel("grouped_gemm_mxfp4_swiglu_k256_n256_m64n64s3ws")
-def build_mxfp4_gemm_swiglu_specialized_m64():
-    return compile_mxfp4_gemm("swiglu", 256, 256,
-                              KernelConfig(64, 3, tile_m=64, specialized=True), out_f32=True)
-
-
-@register_kernel("grouped_gemm_mxfp8_plain_k128_n192_m64n64s3ws")
-def build_mxfp8_gemm_plain_specialized_m64():
-    return compile_mx_gemm("plain", 192, 128, KernelConfig(64, 3, tile_m=64, specialized=True),
-                           weights="mxfp8")
-
-
-@register_kernel("grouped_gemm_nvfp4_swiglu_f32_k256_n256_m64n64s2ws")
-def build_nvfp4_gemm_swiglu_specialized_m64():
-    return compile_mx_gemm("swiglu", 256, 256, KernelConfig(64, 2, tile_m=64, specialized=True),
-                           out_f32=True, weights="nvfp4")
-
-
-@register_kernel("grouped_gemm_mxfp4_swiglu_f32_k256_n256_m64n64s3wsk4")
-def build_mxfp4_gemm_swiglu_split_k():
-    return compile_mxfp4_gemm("swiglu", 256, 256,
-                              KernelConfig(64, 3, tile_m=64, specialized=True, splits=4),
-                              out_f32=True)
-
-
-@register_kernel("grouped_gemm_mxfp4_plain_k512_n192_m64n64s3wsk2")
-def build_mxfp4_gemm_plain_split_k():
-    return compile_mxfp4_gemm("plain", 192, 512,
-                              KernelConfig(64, 3, tile_m=64, specialized=True, splits=2))
-
-
-@register_kernel("grouped_gemm_mxfp4_plain_k256_n192_m64n64s4ws")
-def build_mxfp4_gemm_plain_specialized_m64_s4():
-    return compile_mxfp4_gemm("plain", 192, 256, KernelConfig(64, 4, tile_m=64, specialized=True))
-
-
-@register_kernel("grouped_gemm_mxfp4_swiglu_f32_k512_n256_m64n64s6ws")
-def build_mxfp4_gemm_swiglu_specialized_m64_s6():
-    return compile_mxfp4_gemm("swiglu", 256, 512, KernelConfig(64, 6, tile_m=64, specialized=True),
-                              out_f32=True)
-
-
-@register_kernel("grouped_gemm_nvfp4_plain_k256_n192_m64n64s4ws")
-def build_nvfp4_gemm_plain_specialized_m64_s4():
-    return compile_mx_gemm("plain", 192, 256, KernelConfig(64, 4, tile_m=64, specialized=True),
-                           weights="nvfp4")
-
-
-@register_kernel("grouped_gemm_nvfp4_swiglu_f32_k512_n256_m64n64s6ws")
-def build_nvfp4_gemm_swiglu_specialized_m64_s6():
-    return compile_mx_gemm("swiglu", 256, 512, KernelConfig(64, 6, tile_m=64, specialized=True),
-                           out_f32=True, weights="nvfp4")
-
-
-@register_kernel("grouped_gemm_mxfp4_swiglu_f32_k1024_n256_m64n64s4wsr")
-def build_mxfp4_gemm_swiglu_specialized_m64_s4_regs():
-    """K = 1024: 32 scale bytes per row, two vectors: the register path, not the fallback."""
-    return compile_mxfp4_gemm("swiglu", 256, 1024, KernelConfig(
-        64, 4, tile_m=64, specialized=True, scale_regs=True), out_f32=True)
-
-
-@register_kernel("grouped_gemm_mxfp4_plain_k1024_n192_m64n64s4wsrh")
-def build_mxfp4_gemm_plain_specialized_m64_s4_regs_halves():
-    """The segments' first halves first (``halves_tile`` in ``locate_cta``)."""
-    return compile_mxfp4_gemm("plain", 192, 1024, KernelConfig(
-        64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True))
-
-
-@register_kernel("grouped_gemm_nvfp4_plain_k512_n192_m64n64s4wsr")
-def build_nvfp4_gemm_plain_specialized_m64_s4_regs():
-    """K = 512: 32 scale bytes per row, two vectors: the register path."""
-    return compile_mx_gemm("plain", 192, 512, KernelConfig(
-        64, 4, tile_m=64, specialized=True, scale_regs=True), weights="nvfp4")
-
-
-@register_kernel("grouped_gemm_mxfp8_plain_k1024_n192_m64n64s4wsr")
-def build_mxfp8_gemm_plain_specialized_m64_s4_regs():
-    """K = 1024: the register path's picking loop (``SCALE_LOOP_UNROLLED``)."""
-    return compile_mx_gemm("plain", 192, 1024, KernelConfig(
-        64, 4, tile_m=64, specialized=True, scale_regs=True), weights="mxfp8")
+for _gate in GATE_BUILDS:
+    register_kernel(_gate.name)(_gate.build)

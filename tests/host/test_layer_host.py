@@ -321,6 +321,6 @@ def test_the_mx_gemm_variants_get_each_gemms_own_k(recipe: str, weights: str) ->
     layer, _, _ = _layer(LayerConfig(e, k, h, inter, C, recipe=recipe))
     routes = C * k
     fc1, fc2 = layer.gemm_configs
-    assert (fc1.name, fc2.name) == ("m64n64s6ws", "m64n64s4wsrh")
+    assert (fc1.name, fc2.name) == ("m64n64s6wsh", "m64n64s4wsrh")
     assert fc1 == mx_default_config(2 * inter, weights, routes, h)
     assert fc2 == mx_default_config(h, weights, routes, inter)

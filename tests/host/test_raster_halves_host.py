@@ -91,3 +91,19 @@ def test_the_config_names_and_checks_the_raster() -> None:
         KernelConfig(64, 3, tile_m=64, specialized=True, splits=2, halves=True)
     with pytest.raises(ValueError, match="halves"):
         KernelConfig(64, 3, specialized=True, halves=True)  # 128-row tiles: no halves
+
+
+def test_every_compiled_halves_variant_has_its_twin_compiled() -> None:
+    """The GPU test (``tests/single/test_raster_halves.py``) compares each halves variant's
+    rows bit for bit with its twin's, the same config without the raster; the twin must be a
+    compiled (GPU-tested) variant of the same format, or the comparison has nothing to
+    stand on."""
+    from dataclasses import replace
+
+    from megamoe.experts.mxfp4_gemm_kernel import CONFIGS_BY_FORMAT
+
+    halves = [(kind, cfg) for kind, cfgs in CONFIGS_BY_FORMAT.items() for cfg in cfgs
+              if cfg.halves]
+    assert {cfg.name for _, cfg in halves} >= {"m64n64s4wsrh", "m64n64s6wsh", "m64n64s3wsh"}
+    for kind, cfg in halves:
+        assert replace(cfg, halves=False) in CONFIGS_BY_FORMAT[kind], (kind, cfg.name)

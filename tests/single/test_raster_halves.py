@@ -11,6 +11,8 @@ cannot occur under the segment contract, ``seg_start`` multiples of 128 and
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -21,9 +23,12 @@ from tests.host.test_grouped_gemm_host import live_mask, poison_
 from tests.mxfp4_case import make_mxfp4_case
 from tests.single.test_mxfp4_gemm_kernel import _check, _run
 
-TWIN = KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True)
-HALVES = KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True)
-FORMATS = ("mxfp4", "mxfp8", "nvfp4")
+PAIRS = [(kind, replace(cfg, halves=False), cfg) for kind, cfgs in CONFIGS_BY_FORMAT.items()
+         for cfg in cfgs if cfg.halves]
+"""(format, twin, halves variant) for every compiled halves variant (its twin is compiled
+too: ``tests/host/test_raster_halves_host.py``). The ``scale_regs`` ones (``m64n64s4wsrh``)
+read their scale bytes from registers at K = 1024; the others (the fallbacks
+``m64n64s6wsh``, MXFP8's ``m64n64s3wsh``) from the K-long run in shared memory."""
 M_CAP = 4160  # 65 row tiles of 64: the layer's kind of grid, far past the live rows
 COUNTS = ([1], [0, 0, 0, 0, 0, 0, 0, 17], [3, 70, 0, 129])
 """One expert with one row (the layer's skewed T = 1), one late expert, several experts with
@@ -46,24 +51,28 @@ def _with_rows(case: dict, m_cap: int) -> dict:
     return out
 
 
-def _twin_then_halves(case: dict, mode: str, live: torch.Tensor) -> None:
+def _twin_then_halves(case: dict, mode: str, live: torch.Tensor, twin: KernelConfig,
+                      halves: KernelConfig) -> None:
     poison_(case["out"])
-    _run(case, mode, None, TWIN)
+    _run(case, mode, None, twin)
     want = case["out"][live].clone()
     poison_(case["out"])
-    _run(case, mode, None, HALVES)
+    _run(case, mode, None, halves)
     assert same_bits(case["out"][live], want), f"{mode}: rows differ from the twin's"
     _check(case, mode, None)  # within s8 of the PyTorch path; dead rows still poison
 
 
 @pytest.mark.parametrize("mode", ["plain", "swiglu"])
 @pytest.mark.parametrize("counts", COUNTS, ids=["one-row", "late-expert", "several"])
-@pytest.mark.parametrize("kind", FORMATS)
-def test_the_halves_grid_gives_the_twins_rows(cuda_device, kind, counts, mode) -> None:
-    assert HALVES in CONFIGS_BY_FORMAT[kind] and TWIN in CONFIGS_BY_FORMAT[kind]
+@pytest.mark.parametrize(("kind", "twin", "halves"), PAIRS,
+                         ids=[f"{k}-{h.name}" for k, _, h in PAIRS])
+def test_the_halves_grid_gives_the_twins_rows(cuda_device, kind, twin, halves, counts,
+                                              mode) -> None:
+    assert halves in CONFIGS_BY_FORMAT[kind] and twin in CONFIGS_BY_FORMAT[kind]
     n = 256 if mode == "swiglu" else 192
     case = _with_rows(make_mxfp4_case(mode, counts, 1024, n, seed=61,
                                       device=cuda_device, weights=kind), M_CAP)
     live = live_mask(case["seg"].tolist(), case["counts"].tolist(), M_CAP).to(cuda_device)
-    _twin_then_halves(case, mode, live)
+    _twin_then_halves(case, mode, live, twin, halves)
+
 
