@@ -7,9 +7,7 @@
 # every live row bitwise equal to it), parsed per process.
 #   run(command="bash docs/wip/gpu_b2.sh", carry=[".whl"], timeout_s=300)
 # $OUT gets gemm.txt.
-source .whl/prelude.sh
-export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
-mkdir -p /tmp/cc
+source docs/wip/device_env.sh || exit 1
 t0=$(date +%s)
 C="--layer-mcap --cases skewed:1 skewed:16 uniform:1 uniform:16"
 E="timeout 55 python3 docs/wip/exp_decode_depth.py"

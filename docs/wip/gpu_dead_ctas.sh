@@ -5,9 +5,7 @@
 #   run(command="bash docs/wip/gpu_dead_ctas.sh", carry=[".whl"], timeout_s=300)
 # About 90 s warm (exp_fc1_gap.py took 56 s with a cold start in session 24).
 # $OUT gets dead.txt.
-source .whl/prelude.sh
-export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci
-mkdir -p /tmp/cc
+source docs/wip/device_env.sh || exit 1
 timeout 150 python3 docs/wip/exp_dead_ctas.py placement sweep > $OUT/dead.txt 2>&1
 echo "dead rc=$?" >> $OUT/dead.txt
 timeout 80 python3 docs/wip/exp_fc1_gap.py --recipe fp8_mxfp4 --cases skewed:16 >> $OUT/dead.txt 2>&1

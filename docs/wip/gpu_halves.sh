@@ -8,9 +8,7 @@
 # (Ran once, before landing: on main since then both arms take m64n64s4wsrh, so the A/B
 # needs the with_narrow.py rule set back to m64n64s4wsr for the "main" arm.)
 # $OUT gets tests.txt, gemm.txt and stages.txt.
-source .whl/prelude.sh
-export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
-mkdir -p /tmp/cc
+source docs/wip/device_env.sh || exit 1
 timeout 170 python3 -m pytest -q -n 8 -p no:cacheprovider -rfE tests/single/test_raster_halves.py \
   tests/single/test_mxfp4_gemm_kernel.py tests/single/test_mxfp8_kernels.py \
   tests/single/test_nvfp4_kernels.py -k "halves or wsrh" > $OUT/tests.txt 2>&1

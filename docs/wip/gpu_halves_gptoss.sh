@@ -4,9 +4,7 @@
 # in gpu_s26_check.sh.
 #   run(command="bash docs/wip/gpu_halves_gptoss.sh", carry=[".whl"], timeout_s=400)
 # $OUT gets stages.txt.
-source .whl/prelude.sh
-export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
-mkdir -p /tmp/cc
+source docs/wip/device_env.sh || exit 1
 for recipe in nvfp4 mxfp8; do
   rule="nvfp4=m64n64s4wsrh:3,m64n64s6ws:2"
   [ $recipe = mxfp8 ] && rule="mxfp8=m64n64s4wsrh:3"

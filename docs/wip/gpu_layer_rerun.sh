@@ -4,9 +4,7 @@
 # docs/perf.md "Session 25" item 3. Then, on the host: python -m devtools.roofline <json>.
 #   run(command="bash docs/wip/gpu_layer_rerun.sh", carry=[".whl"], timeout_s=600)
 # About 50-70 s per run, 4 runs (189 s warm in session 26).
-source .whl/prelude.sh
-export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_PYTHON=python3
-mkdir -p /tmp/cc
+source docs/wip/device_env.sh || exit 1
 O="--cache warm --no-control --pairs 3 --rounds 2 --no-plots"
 for job in layer-nvfp4:deepseek layer-nvfp4:gptoss layer-fp8-mxfp4:gptoss layer-mxfp8:gptoss; do
   s=${job%%:*}; m=${job##*:}

@@ -5,9 +5,7 @@
 #   mkdir abase && git archive main megamoe | tar -x -C abase && rm -rf abase/megamoe/{layer,combine}
 # Session 20 ran it on the patch applied to main (docs/perf/session20/lut-decode-*.txt).
 #   run(command="bash docs/wip/gpu_lut_decode.sh", carry=[".whl"], timeout_s=330)
-source .whl/prelude.sh
-export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
-mkdir -p /tmp/cc
+source docs/wip/device_env.sh || exit 1
 timeout 170 python3 -m pytest -q -n 8 -p no:cacheprovider -rfE tests/single/test_mxfp4_gemm_kernel.py \
   tests/single/test_nvfp4_kernels.py tests/single/test_split_k.py > $OUT/tests.txt 2>&1
 echo "tests rc=$?" >> $OUT/tests.txt; tail -2 $OUT/tests.txt

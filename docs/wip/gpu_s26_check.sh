@@ -9,9 +9,7 @@
 # 3. the first-halves twins of gpt-oss's fallback variants (gpu_halves_gptoss.sh's GEMM part).
 #   run(command="bash docs/wip/gpu_s26_check.sh", carry=[".whl"], timeout_s=600)
 # $OUT gets tests.txt, ab.txt, gemm.txt.
-source .whl/prelude.sh
-export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
-mkdir -p /tmp/cc
+source docs/wip/device_env.sh || exit 1
 t0=$(date +%s)
 C="--layer-mcap --cases skewed:1 uniform:16"
 E="docs/wip/exp_decode_depth.py"

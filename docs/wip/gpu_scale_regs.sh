@@ -9,9 +9,7 @@
 # About 2 min warm (session 23: 142 s), plus the machine's start. exp_decode_depth.py adds the
 # variants the patch does not compile (MXFP4's and MXFP8's s3wsr) for its process.
 # $OUT gets tests.txt and time.txt.
-source .whl/prelude.sh
-export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
-mkdir -p /tmp/cc
+source docs/wip/device_env.sh || exit 1
 timeout 170 python3 -m pytest -q -n 8 -p no:cacheprovider -rfE tests/single/test_scale_regs.py \
   tests/single/test_mxfp4_gemm_kernel.py -k "wsr or registers or falls_back" > $OUT/tests.txt 2>&1
 echo "tests rc=$?" >> $OUT/tests.txt; tail -3 $OUT/tests.txt

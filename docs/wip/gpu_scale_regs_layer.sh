@@ -6,9 +6,7 @@
 # About 110 s warm (session 23: 106 s). Delete abase/ afterwards.
 #   run(command="bash docs/wip/gpu_scale_regs_layer.sh", carry=[".whl"], timeout_s=280)
 # $OUT gets stages.txt.
-source .whl/prelude.sh
-export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
-mkdir -p /tmp/cc
+source docs/wip/device_env.sh || exit 1
 for recipe in fp8_mxfp4 nvfp4; do
   L="python3 -m megamoe.bench.layer_stages --recipe $recipe --tokens 1 16 1024 --routes uniform skewed --calls 5 --samples 7"
   for tree in patch main; do
