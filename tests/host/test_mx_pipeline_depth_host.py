@@ -129,7 +129,7 @@ NARROW_CHOICES = [
     ("nvfp4", GPTOSS_FC2, S6H),
     ("nvfp4", (4096, 16384), S4RH),
     # MXFP8 (session 24): 3-14 % faster than s3ws at DeepSeek uniform T = 1 to 64, within
-    # 3 % at one expert; where the run stays (K = 2880) two CTAs fit, so s3ws as before
+    # 3 % at one expert; where the run stays (K = 2880) two CTAs fit, so the 3-stage variant
     ("mxfp8", DEEPSEEK_FC1, S4RH),
     ("mxfp8", DEEPSEEK_FC2, S4RH),
     ("mxfp8", GPTOSS_FC1, S3H),  # session 26: s3ws with the raster, 1-21 % faster
