@@ -16,8 +16,8 @@ from megamoe.experts.mxfp4_gemm_kernel import (
     mx_storage,
     scale_run_in_smem,
 )
+from tests.host.test_mx_pipeline_depth_host import SCALE_BLOCK  # CONTRACTS.md s4, by hand
 
-ELEMENTS_PER_SCALE = {"mxfp4": 32, "mxfp8": 32, "nvfp4": 16}  # CONTRACTS.md s4, by hand
 REGS = KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True)
 RUN = KernelConfig(64, 4, tile_m=64, specialized=True)
 
@@ -39,7 +39,7 @@ def test_a_register_variant_needs_the_specialized_body_without_split_k(kw, why) 
 @pytest.mark.parametrize("weights", WEIGHT_FORMATS)
 @pytest.mark.parametrize("k", [512, 2048, 2880, 7168, 8832])
 def test_the_run_stays_in_shared_memory_unless_rows_are_whole_vectors(weights, k) -> None:
-    row_bytes = k // ELEMENTS_PER_SCALE[weights]
+    row_bytes = k // SCALE_BLOCK[weights]
     whole = row_bytes % 16 == 0
     assert scale_run_in_smem(REGS, k, weights) is (not whole)
     assert scale_run_in_smem(RUN, k, weights) is True
@@ -50,7 +50,7 @@ def test_the_run_stays_in_shared_memory_unless_rows_are_whole_vectors(weights, k
 def test_shared_memory_drops_by_the_run_less_one_vector(weights, k) -> None:
     """The 64-row tile's run of scale bytes, less the one vector kept in its place, within
     the struct's padding to its 1 KiB alignment (the wgmma tiles' swizzle)."""
-    run = 64 * k // ELEMENTS_PER_SCALE[weights]
+    run = 64 * k // SCALE_BLOCK[weights]
     saved = (mx_storage(RUN, k, weights).size_in_bytes()
              - mx_storage(REGS, k, weights).size_in_bytes())
     assert run - SCALE_VEC_BYTES - 1024 < saved <= run
