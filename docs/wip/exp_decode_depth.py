@@ -10,9 +10,10 @@ median per call, warm L2).
 A name that is not among the format's compiled variants (``CONFIGS_BY_FORMAT``) is parsed
 (``m64n64s5ws``: 64-row tile, 64 columns, 5 stages, specialized; a trailing ``r``: scale
 bytes in registers, ``scale_regs``; a trailing ``h``: the segments' first halves first,
-``halves``) and added to the format's variants for this process only, so a depth can be
-tried without editing the kernels (``--layer-mcap``: the layer's grid for the case's route
-capacity instead of one sized to its live rows):
+``halves``; then ``b4``: four bf16 B tiles, ``b_tiles``) and added to the format's
+variants for this process only, so a depth can be tried without editing the kernels
+(``--layer-mcap``: the layer's grid for the case's route capacity instead of one sized to
+its live rows):
 
     PYTHONPATH=. python3 docs/wip/exp_decode_depth.py --weights mxfp8 \
         --configs m64n64s3ws m64n64s4ws m64n64s6ws --cases skewed:1 uniform:16
@@ -29,14 +30,14 @@ from megamoe.bench.benchmarks.layer import SHAPES
 from megamoe.bench.layer_stages import _time_graph
 from megamoe.bench.mx_gemm import _weights, expert_rows, variants
 
-_NAME = re.compile(r"^(?:m(\d+))?n(\d+)s(\d+)(persist)?(ws)?(r)?(?:k(\d+))?(h)?$")
+_NAME = re.compile(r"^(?:m(\d+))?n(\d+)s(\d+)(persist)?(ws)?(r)?(?:k(\d+))?(h)?(?:b(\d+))?$")
 
 
 def add_variants(weights: str, names: list[str]) -> None:
     """Add each name of ``names`` that the format does not compile to its variants, for this
     process (``_make`` accepts only ``CONFIGS_BY_FORMAT[weights]``)."""
     from megamoe.experts import mxfp4_gemm_kernel as mk
-    from megamoe.experts.grouped_gemm_kernel import TILE_M, KernelConfig
+    from megamoe.experts.grouped_gemm_kernel import B_TILES, TILE_M, KernelConfig
 
     known = {c.name for c in mk.CONFIGS_BY_FORMAT[weights]}
     extra = []
@@ -46,11 +47,11 @@ def add_variants(weights: str, names: list[str]) -> None:
         m = _NAME.match(name)
         if m is None:
             raise SystemExit(f"--configs: cannot parse {name!r}")
-        tile_m, tile_n, stages, persist, ws, regs, splits, halves = m.groups()
+        tile_m, tile_n, stages, persist, ws, regs, splits, halves, b_tiles = m.groups()
         cfg = KernelConfig(int(tile_n), int(stages), ws=bool(persist),
                            tile_m=int(tile_m) if tile_m else TILE_M, specialized=bool(ws),
                            splits=int(splits) if splits else 1, scale_regs=bool(regs),
-                           halves=bool(halves))
+                           halves=bool(halves), b_tiles=int(b_tiles) if b_tiles else B_TILES)
         if cfg.name != name:
             raise SystemExit(f"--configs: {name!r} parses as {cfg.name!r}")
         extra.append(cfg)

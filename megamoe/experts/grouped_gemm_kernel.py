@@ -74,6 +74,10 @@ WS_CONSUMER_REGS = 232
 MAX_EXPERTS = 1024
 MODES = ("swiglu", "plain")
 _ALIGN = 1024
+B_TILES = 3
+"""bf16 B tiles an MX GEMM CTA decodes into, unless a specialized variant names another count
+(``KernelConfig.b_tiles``); the non-specialized MX kernel's barrier scheme needs exactly
+three (``mxfp4_gemm_kernel`` module docstring)."""
 PRE_LANES = 4
 """Lanes of the safe-FP8 scale wire ``[rows, 4]`` (CONTRACTS.md s4); the epilogue reads lane 0."""
 
@@ -93,7 +97,9 @@ class KernelConfig:
     bytes from global memory into registers a few k tiles ahead instead of from a K-long
     copy in shared memory (``scale_regs``; ``mxfp4_gemm_kernel.scale_run_in_smem``), and
     whether its grid takes the first 64-row half of every segment's tiles before the second
-    halves (``halves``: ``halves_tile``; 64-row specialized MX GEMM without split-K only)."""
+    halves (``halves``: ``halves_tile``; 64-row specialized MX GEMM without split-K only), and
+    how many bf16 B tiles its decode warpgroup hands over through (``b_tiles``; specialized
+    MX GEMM only; ``B_TILES`` unless named)."""
 
     tile_n: int
     stages: int
@@ -103,8 +109,12 @@ class KernelConfig:
     splits: int = 1
     scale_regs: bool = False
     halves: bool = False
+    b_tiles: int = B_TILES
 
     def __post_init__(self) -> None:
+        if self.b_tiles != B_TILES and (not self.specialized or self.b_tiles < 2):
+            raise ValueError("b_tiles: needs a specialized variant and at least 2 tiles, got "
+                             f"specialized={self.specialized}, b_tiles={self.b_tiles}")
         if self.splits < 1:
             raise ValueError(f"splits: expected >= 1, got {self.splits}")
         if self.scale_regs and (not self.specialized or self.splits > 1):
@@ -122,7 +132,8 @@ class KernelConfig:
         return (f"{rows}n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
                 + ("ws" if self.specialized else "") + ("r" if self.scale_regs else "")
                 + (f"k{self.splits}" if self.splits > 1 else "")
-                + ("h" if self.halves else ""))
+                + ("h" if self.halves else "")
+                + (f"b{self.b_tiles}" if self.b_tiles != B_TILES else ""))
 
 
 CONFIGS = (

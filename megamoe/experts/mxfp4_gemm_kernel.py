@@ -19,8 +19,8 @@ swizzle) and of the tile's packed codes (``tile_n x 32`` bytes, unswizzled) into
 (each thread: one vector load of its weight words, then per pair of elements a bf16x2 word
 built by placing the code's bits, and two bf16x2 products, one restoring the format's
 exponent bias and one with the block's scale, which rounds once to bf16:
-``packed_decode``) into one of ``CONVERT_BUFS`` bf16 B tiles (the 128B-swizzled layout wgmma reads), make the
-writes visible to the async proxy (``fence.proxy.async``), meet at a CTA barrier, and issue
+``packed_decode``) into one of ``B_TILES`` bf16 B tiles (the 128B-swizzled layout wgmma
+reads), make the writes visible to the async proxy (``fence.proxy.async``), meet at a CTA barrier, and issue
 the wgmmas. Three B buffers make the reuse safe without waiting for the MMAs: a thread
 decodes tile ``kt`` into buffer ``kt % 3`` only after the barrier of tile ``kt - 1``, which
 every warpgroup reaches after its ``wait_group(1)`` of tile ``kt - 2``, so every wgmma of tile
@@ -62,6 +62,7 @@ from cutlass.utils import LayoutEnum
 
 from megamoe.experts.grouped_gemm_kernel import (
     _ALIGN,
+    B_TILES,
     MODES,
     THREADS,
     TILE_K,
@@ -97,8 +98,6 @@ ROW_BYTES = {"mxfp4": TILE_K // 2, "mxfp8": TILE_K, "nvfp4": TILE_K // 2}
 SCALE_BLOCK = {"mxfp4": 32, "mxfp8": 32, "nvfp4": 16}
 """Elements per scale byte along K (E8M0 for the MX formats, E4M3 for NVFP4)."""
 WEIGHT_FORMATS = tuple(ROW_BYTES)
-CONVERT_BUFS = 3
-"""bf16 B tiles the decode rotates through (module docstring: why three)."""
 DECODE_THREADS = 128
 """The decode warpgroup of the ``specialized`` variants."""
 SCALE_COPY_BATCH = 8
@@ -137,6 +136,7 @@ MXFP4_CONFIGS = (
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True),
     KernelConfig(64, 6, tile_m=64, specialized=True, halves=True),
+    KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True, b_tiles=4),
 )
 """The compiled MXFP4 variants; ``mx_default_config`` takes the first of the height the route
 capacity asks for (``MX_NARROW_ROUTES``) whose column tile divides ``N`` (one CTA per tile;
@@ -178,7 +178,14 @@ no persistent variant), or for a small capacity and a known ``K`` a deeper pipel
   (docs/perf.md "Session 25").
 - ``m64n64s6wsh``: ``m64n64s6ws`` with the same raster, the fallback where ``K``'s scale run
   keeps ``m64n64s4wsrh`` to two CTAs per SM (``MX_NARROW_DEPTHS``; NVFP4's twin measured in
-  session 26)."""
+  session 26).
+- ``m64n64s4wsrhb4`` (MXFP4 and NVFP4; the narrow default where it keeps three CTAs per
+  SM, ``MX_NARROW_DEPTHS``): ``m64n64s4wsrh`` with four bf16 B tiles instead of
+  ``B_TILES`` (``KernelConfig.b_tiles``; 74 KiB at DeepSeek's K), so the decode warpgroup
+  runs one more k tile ahead of the wgmmas. H200, DeepSeek, GEMM alone in the layer's grid,
+  MXFP4 FC1 / FC2 against ``m64n64s4wsrh``: -4.1 / -3.7 % at uniform T = 1, -6.7 / -6.6 % at
+  T = 16, -5.8 / -6.6 % at T = 64, -5.2 / -6.5 % at T = 256, -5.6 / -5.9 % at T = 1024;
+  one expert +2.3 / -5.6 % at T = 1, 0.0 / -1.2 % at T = 16 (docs/perf.md "Session 27")."""
 MXFP8_CONFIGS = (
     KernelConfig(64, 3, tile_m=64, specialized=True),
     KernelConfig(64, 3),
@@ -214,6 +221,7 @@ NVFP4_CONFIGS = (
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True),
     KernelConfig(64, 6, tile_m=64, specialized=True, halves=True),
+    KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True, b_tiles=4),
 )
 """The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
 memory: fewer stages). ``m64n64s2ws``: the MX formats' 64-row shape with two stages
@@ -232,6 +240,10 @@ experts, where 128-row tiles win: ``MX_NARROW_ROUTES``) (docs/perf.md "Session 2
 ``m64n64s4ws`` at FC2 (docs/perf.md "Session 23"). ``m64n64s6wsh``, ``m64n64s6ws`` with the
 first-halves raster, is the fallback where the scale run stays (gpt-oss's K = 2880): 1-32 %
 faster than ``m64n64s6ws`` in the GEMM alone there (docs/perf.md "Session 26").
+``m64n64s4wsrhb4`` (four bf16 B tiles, as MXFP4's) first where three CTAs fit: H200,
+DeepSeek, GEMM alone, FC1 / FC2 against ``m64n64s4wsrh`` -3.7 / -2.9 % at uniform T = 1,
+-5.3 / -4.0 % at T = 16, -3.7 / -3.6 % at T = 64, -6.0 / -3.4 % at T = 256, one expert
+-1.7 / -5.0 % at T = 1, -3.3 / +4.9 % at T = 16 (docs/perf.md "Session 27").
 ``n64s3`` stays the default for large (or unknown) route capacities. ``n64s3ws``
 measured 4 % faster than ``n64s3`` at DeepSeek FC1 T = 16, 2-5 % slower everywhere else
 (whole A tiles)."""
@@ -274,14 +286,25 @@ specialized 64-row variants 58-63 at DeepSeek shapes, and allocates a warp's reg
 units of 256 (8 per thread), so 64."""
 
 MX_NARROW_DEPTHS: dict[str, tuple[tuple[str, int], ...]] = {
-    "mxfp4": (("m64n64s4wsrh", 3), ("m64n64s6wsh", 2)),
+    "mxfp4": (("m64n64s4wsrhb4", 3), ("m64n64s4wsrh", 3), ("m64n64s6wsh", 2)),
     "mxfp8": (("m64n64s4wsrh", 3), ("m64n64s3wsh", 1)),
-    "nvfp4": (("m64n64s4wsrh", 3), ("m64n64s6wsh", 2)),
+    "nvfp4": (("m64n64s4wsrhb4", 3), ("m64n64s4wsrh", 3), ("m64n64s6wsh", 2)),
 }
 """Per format, the 64-row specialized variants the narrow default prefers, in order, as
 ``(name, CTAs per SM)``: the variant (one of the format's compiled configs) is taken if it
 keeps that many CTAs per SM (``ctas_per_sm``) at the GEMM's ``K``; when none qualifies (or
 ``K`` is not given) the narrow default is the format's first 64-row variant.
+Session 27 (docs/perf.md "Session 27"): MXFP4 and NVFP4 take ``m64n64s4wsrhb4``, the
+session-25 variant with four bf16 B tiles (``KernelConfig.b_tiles``), where it keeps three
+CTAs per SM (DeepSeek's K = 7168 and 2048; at gpt-oss's 2880, where the scale run stays,
+it keeps two and the rule goes on to ``m64n64s4wsrh``). Whole DeepSeek ``fp8_mxfp4`` layer
+by stage against the session-26 rule, forward: -3.9 / -6.5 / -4.3 % at uniform T = 1 / 16
+/ 256, +0.5 / +0.4 / -2.0 % at one expert. Not taken: MXFP8's four-tile variants (its
+stage is twice as large: ``m64n64s3wsrhb4`` keeps three CTAs with one stage fewer and lost
+6-12 % at DeepSeek uniform batches, ``m64n64s4wsrhb4`` keeps two and lost 7-23 %), and at
+gpt-oss MXFP4's ``m64n64s3wsrhb4`` (12-16 % slower at uniform T >= 16), MXFP8's
+``m64n64s3wshb4`` and NVFP4's ``m64n64s3wshb4`` / ``m64n64s6wshb4`` (all within 1 % at
+uniform batches, up to 11 % slower at one expert).
 Session 25 (docs/perf.md "Session 25"): ``m64n64s4wsrh``, ``m64n64s4wsr`` with the
 segments' first halves first (``halves_tile``), in its place in every format: the same
 shared memory and rows, the live CTAs on consecutive blocks. Whole DeepSeek layer by
@@ -349,16 +372,16 @@ def mx_storage(cfg: KernelConfig, k: int, weights: str = "mxfp4"):  # -> cute.st
     k_scales = k // SCALE_BLOCK[weights]
     run_bytes = (cfg.tile_n * k_scales if scale_run_in_smem(cfg, k, weights)
                  else SCALE_VEC_BYTES)
-    tile_n, stages, tile_m = cfg.tile_n, cfg.stages, cfg.tile_m
+    tile_n, stages, tile_m, b_tiles = cfg.tile_n, cfg.stages, cfg.tile_m, cfg.b_tiles
 
     @cute.struct
     class Storage:
         bars: cute.struct.MemRange[cutlass.Int64, stages * 2]
-        dbars: cute.struct.MemRange[cutlass.Int64, CONVERT_BUFS * 2]  # ``specialized`` only
+        dbars: cute.struct.MemRange[cutlass.Int64, b_tiles * 2]  # ``specialized`` only
         arrived: cute.struct.MemRange[Int32, 1]  # split-K: the count before this CTA's arrival
         sa: cute.struct.Align[cute.struct.MemRange[BFloat16, tile_m * TILE_K * stages], _ALIGN]
         sb: cute.struct.Align[
-            cute.struct.MemRange[BFloat16, tile_n * TILE_K * CONVERT_BUFS], _ALIGN
+            cute.struct.MemRange[BFloat16, tile_n * TILE_K * b_tiles], _ALIGN
         ]
         sq: cute.struct.Align[cute.struct.MemRange[Uint8, tile_n * row_bytes * stages], 128]
         ss: cute.struct.Align[cute.struct.MemRange[Uint8, run_bytes], 16]
@@ -442,7 +465,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     row_bytes = ROW_BYTES[weights]
     elems_per_byte = 2 if fp4 else 1
     swiglu = mode == "swiglu"
-    tile_n, stages, tile_m = cfg.tile_n, cfg.stages, cfg.tile_m
+    tile_n, stages, tile_m, b_tiles = cfg.tile_n, cfg.stages, cfg.tile_m, cfg.b_tiles
     mma_wgs = tile_m // 64  # MMA warpgroups (64 rows each)
     specialized = cfg.specialized
     if cfg.splits > 1 and not specialized:
@@ -503,10 +526,21 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         return bf16_pair(f2i(block_scale(byte & 0xFF)) >> 16)
 
     @cute.jit
-    def smem_scales(s_s: cute.Tensor, wrow: Int32, b0: Int32, kt: Int32) -> list:
+    def decode_start(tidx: Int32):
+        """``(wrow, b0, first)`` of decode thread ``tidx``: its weight row in the tile, the
+        first of its ``bytes_per_thread`` payload bytes of that row in a k tile, and the
+        first of the row's scale bytes in a k tile that its elements use (a thread's
+        elements start on a scale-block boundary or lie within one block)."""
+        wrow = tidx // threads_per_row
+        b0 = (tidx % threads_per_row) * bytes_per_thread
+        return wrow, b0, (elems_per_byte * b0) // sblock
+
+    @cute.jit
+    def smem_scales(s_s: cute.Tensor, wrow: Int32, first: Int32, kt: Int32) -> list:
         """This thread's ``thread_blocks`` scales of k tile ``kt`` from the tile's scale run
-        in shared memory (``copy_scales``)."""
-        blk = kt * ktile_scales + (elems_per_byte * b0) // sblock
+        in shared memory (``copy_scales``), from its first scale byte in a k tile,
+        ``first``."""
+        blk = kt * ktile_scales + first
         # Int32(...) & 0xFF: a Uint8 load widens with its sign bit
         return [scale_pair(Int32(s_s[wrow, blk + i])) for i in range(thread_blocks)]
 
@@ -639,7 +673,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         # stores)
         s_b32 = cute.make_tensor(
             cute.recast_ptr(storage.sb.data_ptr(), dtype=Int32),
-            cute.make_layout((tile_n * TILE_K * CONVERT_BUFS // CHUNK, CHUNK // 2),
+            cute.make_layout((tile_n * TILE_K * b_tiles // CHUNK, CHUNK // 2),
                              stride=(CHUNK // 2, 1)),
         )
         s_q = storage.sq.get_tensor(q_layout)
@@ -761,23 +795,20 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                                t_gq, t_sq)
                     prod.advance()
 
-            # this thread decodes bytes [b0, b0 + bytes_per_thread) of weight row `wrow`:
-            # (each 8-element chunk lies in one scale block)
-            wrow = tidx // threads_per_row
-            b0 = (tidx % threads_per_row) * bytes_per_thread
+            wrow, b0, first = decode_start(tidx)
 
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
             tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
             mainloop.consumer_wait(read)
-            decode(s_qw, smem_scales(s_s, wrow, b0, Int32(0)), s_b32, b_layout.outer, wrow, b0,
+            decode(s_qw, smem_scales(s_s, wrow, first, Int32(0)), s_b32, b_layout.outer, wrow, b0,
                    read.index, Int32(0))
             mma(tiled_mma, acc, t_ca, t_cb, read.index, Int32(0), wg)
             read.advance()
             buf = Int32(1)
             for kt in cutlass.range(1, k_tiles, unroll=1):
                 mainloop.consumer_wait(read)
-                decode(s_qw, smem_scales(s_s, wrow, b0, kt), s_b32, b_layout.outer, wrow, b0,
+                decode(s_qw, smem_scales(s_s, wrow, first, kt), s_b32, b_layout.outer, wrow, b0,
                        read.index, buf)
                 mma(tiled_mma, acc, t_ca, t_cb, read.index, buf, wg)
                 # tile kt - 1's wgmmas are complete: free its stage and refill it
@@ -785,7 +816,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 mainloop.consumer_release(release)
                 release.advance()
                 read.advance()
-                buf = Int32(cutlass.select_(buf == Int32(CONVERT_BUFS - 1), Int32(0), buf + 1))
+                buf = Int32(cutlass.select_(buf == Int32(B_TILES - 1), Int32(0), buf + 1))
                 if (warp_idx == 0) & (prod.count < k_tiles):
                     load_stage(mainloop, prod, prod.count, row0, rows, tile_m, tma_a, t_ga,
                                t_sa, tma_t, t_gt, t_st, tma_q,
@@ -853,7 +884,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         1 .. ``mma_wgs`` multiply and store, the last warp issues the TMA loads. Two
         pipelines: ``mainloop`` (TMA stages of A and packed weights; a stage is free once
         the decode warps have read its weights and the MMA warps' wgmmas on its A are done)
-        and ``decoded`` (the ``CONVERT_BUFS`` bf16 B tiles: the decode writes one, fences it
+        and ``decoded`` (the ``b_tiles`` bf16 B tiles: the decode writes one, fences it
         to the async proxy and commits; the MMA warps release it after their wgmmas on it
         are done). Split-K (``splits > 1``): CTA ``bid`` works on slice ``bid % splits`` of
         tile ``bid // splits`` and ends with ``split_fixup``."""
@@ -879,7 +910,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             mainloop = tma_mainloop(storage, stages, (decoders + mma_threads) // 32, tx_bytes)
             decoded = pipeline.PipelineAsync.create(
                 barrier_storage=storage.dbars.data_ptr(),
-                num_stages=CONVERT_BUFS,
+                num_stages=b_tiles,
                 producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, decoders),
                 consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, mma_threads),
                 defer_sync=True,
@@ -899,12 +930,10 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                     prod.advance()
                 mainloop.producer_tail(prod)
             elif warp_idx < Int32(decoders // 32):
-                wrow = tidx // threads_per_row
-                b0 = (tidx % threads_per_row) * bytes_per_thread
-                first = (elems_per_byte * b0) // sblock  # its first scale byte in a k tile
+                wrow, b0, first = decode_start(tidx)
                 read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
                 fill = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer,
-                                                    CONVERT_BUFS)
+                                                    b_tiles)
 
                 if cutlass.const_expr(scale_regs):
                     # its row's scale vectors as words (vector, expert): vector g's bytes are
@@ -946,7 +975,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                     cute.arch.barrier(barrier_id=1, number_of_threads=decoders)
                     for kt in cutlass.range(kt0, kt1, unroll=1):
                         read, fill = decode_k_tile(mainloop, decoded, read, fill, decode, s_qw,
-                                                   smem_scales(s_s, wrow, b0, kt), s_b32,
+                                                   smem_scales(s_s, wrow, first, kt), s_b32,
                                                    b_layout.outer, wrow, b0)
                 decoded.producer_tail(fill)
             else:
@@ -962,9 +991,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
                                                        stages)
                 take = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                                    CONVERT_BUFS)
+                                                    b_tiles)
                 give = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer,
-                                                    CONVERT_BUFS)
+                                                    b_tiles)
                 mainloop.consumer_wait(read)
                 decoded.consumer_wait(take)
                 issue(tiled_mma, acc, t_ca, t_cb, read.index, take.index)
@@ -1015,7 +1044,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         )
         a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, stages)
         b_layout = sm90_utils.make_smem_layout_b(
-            LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, CONVERT_BUFS
+            LayoutEnum.ROW_MAJOR, tile_mnk, BFloat16, b_tiles
         )
         q_layout = cute.make_layout(
             (tile_n, row_bytes, stages), stride=(row_bytes, 1, tile_n * row_bytes)
@@ -1131,10 +1160,16 @@ GATE_BUILDS = (
               why="32 scale bytes per row, two vectors: the register path"),
     GateBuild("mxfp8", "plain", 192, 1024, KernelConfig(64, 4, **_M64WS, scale_regs=True),
               why="the register path's picking loop (``SCALE_LOOP_UNROLLED``)"),
+    GateBuild("mxfp4", "swiglu", 256, 1024,
+              KernelConfig(64, 4, **_M64WS, scale_regs=True, halves=True, b_tiles=4), True,
+              "four bf16 B tiles (``b_tiles``): the decoded pipeline and B layout resized"),
+    GateBuild("nvfp4", "plain", 192, 512,
+              KernelConfig(64, 4, **_M64WS, scale_regs=True, halves=True, b_tiles=4),
+              why="four bf16 B tiles with NVFP4's E4M3 scales"),
 )
 """The MX GEMMs the offline compile gate builds: small shapes that reach each code path (the
 three formats, both modes, both output types, 128- and 64-row tiles, the specialized,
-split-K, register and first-halves variants); ``why`` names the path a shape was chosen
+split-K, register, first-halves and four-B-tile variants); ``why`` names the path a shape was chosen
 for where the variant alone does not."""
 
 for _gate in GATE_BUILDS:

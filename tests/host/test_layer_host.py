@@ -313,14 +313,14 @@ def test_the_mx_gemm_variants_get_each_gemms_own_k(recipe: str, weights: str) ->
     """FC1 multiplies over H and FC2 over I; the MXFP4 and NVFP4 narrow defaults' pipeline
     depth depends on that K (``mx_default_config``): at H = 7040 (whose rows' scale bytes are
     not whole 16-byte vectors, so the K-long run stays in shared memory) FC1 gets the
-    6-stage variant (two CTAs per SM) and FC2, at I = 256, the 4-stage one (three). Swapped
-    Ks would swap them."""
+    6-stage variant (two CTAs per SM) and FC2, at I = 256, the 4-stage one with four B
+    tiles (three). Swapped Ks would swap them."""
     from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
     e, k, h, inter = 4, 2, 7040, 256
     layer, _, _ = _layer(LayerConfig(e, k, h, inter, C, recipe=recipe))
     routes = C * k
     fc1, fc2 = layer.gemm_configs
-    assert (fc1.name, fc2.name) == ("m64n64s6wsh", "m64n64s4wsrh")
+    assert (fc1.name, fc2.name) == ("m64n64s6wsh", "m64n64s4wsrhb4")
     assert fc1 == mx_default_config(2 * inter, weights, routes, h)
     assert fc2 == mx_default_config(h, weights, routes, inter)

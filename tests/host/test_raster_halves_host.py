@@ -9,12 +9,14 @@ of ``GROUP_M`` M tiles, M fastest) written out independently of the kernel's cod
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from megamoe.experts import grouped_gemm_kernel as gk
-from megamoe.experts.grouped_gemm_kernel import GROUP_M, TILE_M, KernelConfig
+from megamoe.experts.grouped_gemm_kernel import B_TILES, GROUP_M, TILE_M, KernelConfig
 
 
 def _host_select(cond: bool, a: int, b: int) -> int:
@@ -93,17 +95,26 @@ def test_the_config_names_and_checks_the_raster() -> None:
         KernelConfig(64, 3, specialized=True, halves=True)  # 128-row tiles: no halves
 
 
-def test_every_compiled_halves_variant_has_its_twin_compiled() -> None:
-    """The GPU test (``tests/single/test_raster_halves.py``) compares each halves variant's
-    rows bit for bit with its twin's, the same config without the raster; the twin must be a
-    compiled (GPU-tested) variant of the same format, or the comparison has nothing to
-    stand on."""
-    from dataclasses import replace
+def halves_twin(cfg: KernelConfig) -> KernelConfig:
+    """The variant a halves variant's rows are compared with bit for bit on the GPU
+    (``tests/single/test_raster_halves.py``): the same config without the raster and with
+    the default count of decoded B tiles (``B_TILES``), since neither the raster nor the
+    B tiles may change a row's bits (CONTRACTS.md s7, s8)."""
+    return replace(cfg, halves=False, b_tiles=B_TILES)
 
+
+def test_every_compiled_halves_variant_has_its_twin_compiled() -> None:
+    """The GPU test compares each halves variant's rows bit for bit with its twin's
+    (``halves_twin``); the twin must be a compiled (GPU-tested) variant of the same format,
+    or the comparison has nothing to stand on."""
     from megamoe.experts.mxfp4_gemm_kernel import CONFIGS_BY_FORMAT
 
     halves = [(kind, cfg) for kind, cfgs in CONFIGS_BY_FORMAT.items() for cfg in cfgs
               if cfg.halves]
-    assert {cfg.name for _, cfg in halves} >= {"m64n64s4wsrh", "m64n64s6wsh", "m64n64s3wsh"}
+    assert {cfg.name for _, cfg in halves} >= {"m64n64s4wsrh", "m64n64s6wsh", "m64n64s3wsh",
+                                                "m64n64s4wsrhb4"}
     for kind, cfg in halves:
-        assert replace(cfg, halves=False) in CONFIGS_BY_FORMAT[kind], (kind, cfg.name)
+        assert halves_twin(cfg) in CONFIGS_BY_FORMAT[kind], (kind, cfg.name)
+    four = KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True,
+                        b_tiles=4)
+    assert halves_twin(four).name == "m64n64s4wsr"  # by hand: no raster, three B tiles

@@ -11,8 +11,6 @@ cannot occur under the segment contract, ``seg_start`` multiples of 128 and
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 
@@ -20,15 +18,18 @@ from megamoe.experts.grouped_gemm_kernel import KernelConfig
 from megamoe.experts.mxfp4_gemm_kernel import CONFIGS_BY_FORMAT
 from tests.bitwise import same_bits
 from tests.host.test_grouped_gemm_host import live_mask, poison_
+from tests.host.test_raster_halves_host import halves_twin
 from tests.mxfp4_case import make_mxfp4_case
 from tests.single.test_mxfp4_gemm_kernel import _check, _run
 
-PAIRS = [(kind, replace(cfg, halves=False), cfg) for kind, cfgs in CONFIGS_BY_FORMAT.items()
+PAIRS = [(kind, halves_twin(cfg), cfg) for kind, cfgs in CONFIGS_BY_FORMAT.items()
          for cfg in cfgs if cfg.halves]
-"""(format, twin, halves variant) for every compiled halves variant (its twin is compiled
-too: ``tests/host/test_raster_halves_host.py``). The ``scale_regs`` ones (``m64n64s4wsrh``)
-read their scale bytes from registers at K = 1024; the others (the fallbacks
-``m64n64s6wsh``, MXFP8's ``m64n64s3wsh``) from the K-long run in shared memory."""
+"""(format, twin, halves variant) for every compiled halves variant (its twin,
+``halves_twin``: no raster and the default B tiles, is compiled too:
+``tests/host/test_raster_halves_host.py``). The ``scale_regs`` ones (``m64n64s4wsrh``, and
+``m64n64s4wsrhb4`` with four B tiles) read their scale bytes from registers at K = 1024;
+the others (the fallbacks ``m64n64s6wsh``, MXFP8's ``m64n64s3wsh``) from the K-long run in
+shared memory."""
 M_CAP = 4160  # 65 row tiles of 64: the layer's kind of grid, far past the live rows
 COUNTS = ([1], [0, 0, 0, 0, 0, 0, 0, 17], [3, 70, 0, 129])
 """One expert with one row (the layer's skewed T = 1), one late expert, several experts with
