@@ -1,5 +1,5 @@
 # Session 26: two bf16 B tiles instead of CONVERT_BUFS = 3 in the specialized MX GEMM
-# (KernelConfig.b_tiles, name suffix "b2"; docs/wip/s26-b-tiles.patch applied to the tree).
+# (KernelConfig.b_tiles, name suffix "b2"; in main since session 27).
 # Two tiles free 8 KiB a CTA: a 5-stage register variant keeps three CTAs per SM at
 # DeepSeek (m64n64s5wsrhb2, 68 KiB), and where gpt-oss's K = 2880 keeps the scale run a
 # 4-stage one does too (m64n64s4wsrhb2: NVFP4 69, MXFP8 71 KiB; without b2 77 / 79, two).

@@ -4,7 +4,6 @@
 # `fp8_mxfp4` layer by stage with MXFP4's rule swapped (`with_narrow.py`) against main's.
 # Session 27's first call found `m64n64s4wsrhb4` 3-7 % faster than `m64n64s4wsrh` at
 # DeepSeek MXFP4 uniform batches (docs/perf.md "Session 27").
-#   git apply docs/wip/s26-b-tiles.patch   # b_tiles, if not in the tree
 #   run(command="bash docs/wip/gpu_b4.sh", carry=[".whl"], timeout_s=600)
 source docs/wip/device_env.sh || exit 1
 t0=$(date +%s)

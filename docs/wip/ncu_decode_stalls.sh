@@ -4,7 +4,8 @@
 # Nsight Compute on the narrow default MXFP4 `m64n64s4wsrh`, DeepSeek, the layer's grid
 # (`exp_decode_depth.py --layer-mcap`), one FC1 launch per case after the first (warm-up or
 # bitwise run); saves the report, exports the SASS source page (stall samples per
-# instruction) as CSV, and the details page. Text under $OUT (one tar).
+# instruction) as CSV, and the details page. Text under $OUT (one tar); read the CSV with
+# docs/wip/ncu_stalls.py.
 source docs/wip/device_env.sh || exit 1
 L=/tmp/logs; mkdir -p $L
 S="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats --section SourceCounters --section MemoryWorkloadAnalysis"
@@ -21,7 +22,7 @@ for c in "skewed:1" "uniform:16"; do
   echo "sass rc=$? lines=$(wc -l < $L/sass-$n.csv)" >> $L/run-$n.txt
 done
 tar czf $OUT/logs.tgz -C /tmp logs
-tail -3 $L/run-*.txt
+tail -n 3 $L/run-*.txt
 grep -h -E "Duration|Issue Slots Busy|No Eligible|Registers Per|Warp Cycles Per Issued|Eligible Warps" $L/details-*.txt | head -40
 # Does TMA depth still bound one expert? The same variant with 6 and 8 stages (parsed by
 # exp_decode_depth.py; two CTAs per SM, which one expert does not use), GEMM alone.
