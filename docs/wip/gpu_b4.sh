@@ -14,14 +14,9 @@ G4="m64n64s4wsrh m64n64s3wsrhb4"
 G8="m64n64s3wsh m64n64s3wshb4"
 GN="m64n64s6wsh m64n64s3wshb4 m64n64s6wshb4"
 # phase 1: compile every variant (the DSL's disk cache), six processes at once
-( $X --weights mxfp4 --configs $D4 --cases skewed:1 > /tmp/c1.txt 2>&1 ) &
-( $X --weights nvfp4 --configs $D4 --cases skewed:1 > /tmp/c2.txt 2>&1 ) &
-( $X --weights mxfp8 --configs $D8 --cases skewed:1 > /tmp/c3.txt 2>&1 ) &
-( $X --shape gptoss --weights mxfp4 --configs $G4 --cases skewed:1 > /tmp/c4.txt 2>&1 ) &
-( $X --shape gptoss --weights mxfp8 --configs $G8 --cases skewed:1 > /tmp/c5.txt 2>&1 ) &
-( $X --shape gptoss --weights nvfp4 --configs $GN --cases skewed:1 > /tmp/c6.txt 2>&1 ) &
-wait
-grep -h "Error" /tmp/c?.txt
+precompile "--weights mxfp4 --configs $D4" "--weights nvfp4 --configs $D4" \
+  "--weights mxfp8 --configs $D8" "--shape gptoss --weights mxfp4 --configs $G4" \
+  "--shape gptoss --weights mxfp8 --configs $G8" "--shape gptoss --weights nvfp4 --configs $GN"
 echo "compiled $(( $(date +%s) - t0 )) s" | tee $OUT/gemm.txt
 C="skewed:1 skewed:16 uniform:1 uniform:16 uniform:64 uniform:256"
 $X --weights mxfp4 --configs $D4 --cases $C uniform:1024 >> $OUT/gemm.txt 2>&1

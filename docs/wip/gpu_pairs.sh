@@ -11,11 +11,8 @@ X="python3 docs/wip/exp_decode_depth.py --layer-mcap"
 F4="m64n64s4wsrh m64n64s4wsrhp m64n64s4wsrhpb4 m64n64s4wsrhb4"
 F8="m64n64s4wsrh m64n64s4wsrhp m64n64s3wsrhpb4"
 N4="m64n64s4wsrh m64n64s4wsrhp m64n64s4wsrhpb4"
-( $X --weights mxfp4 --configs $F4 --cases skewed:1 > /tmp/c4.txt 2>&1 ) &
-( $X --weights mxfp8 --configs $F8 --cases skewed:1 > /tmp/c8.txt 2>&1 ) &
-( $X --weights nvfp4 --configs $N4 --cases skewed:1 > /tmp/cn.txt 2>&1 ) &
-wait
-tail -n 3 /tmp/c4.txt /tmp/c8.txt /tmp/cn.txt
+precompile "--weights mxfp4 --configs $F4" "--weights mxfp8 --configs $F8" \
+  "--weights nvfp4 --configs $N4"
 C="skewed:1 skewed:16 uniform:1 uniform:16 uniform:64"
 $X --weights mxfp4 --configs $F4 --cases $C uniform:256 2>&1 | tee $OUT/pairs-mxfp4.txt
 $X --weights nvfp4 --configs $N4 --cases $C 2>&1 | tee $OUT/pairs-nvfp4.txt
