@@ -78,6 +78,55 @@ def cubin_sm(data: bytes) -> int | None:
     return flags & 0xFF
 
 
+EIFMT_SVAL = 0x04
+"""``.nv.info`` attribute format with a 16-bit size and that many bytes of value; every other
+format (no value, byte, half word) takes 4 bytes in all."""
+EIATTR_REGCOUNT = 0x2F
+"""``.nv.info`` attribute: a kernel's registers per thread (value: u32 symbol, u32 count)."""
+
+
+def _sections(data: bytes) -> Iterator[tuple[str, bytes]]:
+    """``(name, contents)`` of every section of a little-endian ELF64 cubin."""
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(i: int) -> tuple[int, int, int]:  # (name offset, file offset, size)
+        base = shoff + i * shentsize
+        name, = struct.unpack_from("<I", data, base)
+        offset, size = struct.unpack_from("<QQ", data, base + 0x18)
+        return name, offset, size
+
+    strtab = header(shstrndx)[1]
+    for i in range(shnum):
+        name, offset, size = header(i)
+        end = data.index(b"\0", strtab + name)
+        yield data[strtab + name:end].decode(), data[offset:offset + size]
+
+
+def cubin_registers(data: bytes) -> list[int]:
+    """Registers per thread of each kernel in a cubin, from the ``EIATTR_REGCOUNT`` entries
+    of its ``.nv.info`` sections (what ptxas gave the kernel; the occupancy it allows is
+    what the MX GEMMs' ``ctas_per_sm`` estimates). Hand-parsed with ``struct``, like
+    ``cubin_sm``: no ELF library is installed on the CI machines, and a cubin needs only
+    its section headers read."""
+    if cubin_sm(data) is None or data[4] != 2 or data[5] != 1:
+        raise ValueError("cubin: expected a little-endian ELF64 CUDA cubin")
+    counts = []
+    for name, body in _sections(data):
+        if not name.startswith(".nv.info"):
+            continue
+        i = 0
+        while i + 4 <= len(body):
+            fmt, attr, size = struct.unpack_from("<BBH", body, i)
+            if fmt != EIFMT_SVAL:
+                i += 4
+                continue
+            if attr == EIATTR_REGCOUNT:
+                counts.append(struct.unpack_from("<I", body, i + 8)[0])
+            i += 4 + size
+    return counts
+
+
 @contextmanager
 def stop_after_lowering() -> Iterator[list[int]]:
     """Install the post-compile hook; yields a list that counts completed lowerings."""
