@@ -28,6 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+TORCH_ARM = "torch-grouped-mm"
+"""The stock PyTorch layer's arm in the ``layer`` benchmarks (``megamoe.bench.benchmarks``)."""
+BF16_ARMS = ("layer", "layer-bf16")
+"""Our bf16 layer's arm: ``layer`` in its own benchmark, ``layer-bf16`` as the quantized
+benchmarks' second baseline."""
 BF16_BYTES = 2.0
 """Bytes per weight of the bf16 arms (``layer``, ``layer-bf16``, ``torch-grouped-mm``)."""
 BF16_RATE = "bf16_mm"
@@ -68,7 +73,7 @@ def arm_math(arm: str) -> tuple[float, str]:
     for q in RECIPES:
         if arm == f"layer-{q.recipe.replace('_', '-')}":
             return q.bytes_per_weight, QUANTIZED_RATE
-    if arm in ("layer", "layer-bf16", "torch-grouped-mm"):
+    if arm in (*BF16_ARMS, TORCH_ARM):
         return BF16_BYTES, BF16_RATE
     raise ValueError(f"arm: expected a layer benchmark arm, got {arm!r}")
 

@@ -34,17 +34,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from devtools.roofline import Bound, bounds
+from devtools.roofline import BF16_ARMS, TORCH_ARM, Bound, bounds
+from megamoe.bench.stats import FASTER
 
-TORCH_ARM = "torch-grouped-mm"
-BF16_ARM = "layer-bf16"
 FLOOR_MAX_TOKENS = 16
 """The floor goal's batches: ``T <= 16`` (issue 7)."""
 RATE_MIN_TOKENS = 1024
 """The rate goal's batches: ``T >= 1024`` (issue 7)."""
-FASTER = "faster"
-"""The benchmark's verdict when the arm's pair-gain interval lies above zero
-(``megamoe.bench.stats.FASTER``)."""
 SHAPE_TITLES = {"deepseek": "DeepSeek", "gptoss": "gpt-oss"}
 """How docs/perf.md names the benchmark's model shapes (``megamoe.bench.benchmarks.layer``)."""
 _CASE = re.compile(r"^(?P<shape>.+)-(?P<routes>uniform|skewed)-T(?P<tokens>\d+)$")
@@ -59,7 +55,7 @@ class Column:
 
     @property
     def title(self) -> str:
-        recipe = "bf16" if self.arm in (BF16_ARM, "layer") else self.arm.removeprefix("layer-")
+        recipe = "bf16" if self.arm in BF16_ARMS else self.arm.removeprefix("layer-")
         return f"{recipe.replace('-', '_')} {SHAPE_TITLES.get(self.shape, self.shape)}"
 
 
