@@ -99,7 +99,7 @@ def test_the_shared_memory_of_a_cta_is_its_tiles(cfg: KernelConfig, k: int,
     (S4RH, 2880, 3),
     (S4RHB4, 7168, 3),  # a fourth 8 KiB B tile: 73 KiB + 16 bytes, 74, + 1: 3 x 75 <= 228
     (S4RHB4, 2048, 3),
-    (S4RHB4, 2880, 2),  # the run stays: 78 KiB + 1: 3 x 80 = 240 > 228
+    (S4RHB4, 2880, 2),  # the run stays: 79 KiB + 1: 3 x 80 = 240 > 228
 ])
 def test_ctas_per_sm_at_the_measured_shapes(cfg: KernelConfig, k: int, ctas: int) -> None:
     assert mk.ctas_per_sm(cfg, k) == ctas
@@ -143,7 +143,7 @@ NARROW_CHOICES = [
     ("nvfp4", (4096, 16384), S4RHB4),
     # MXFP8 (session 24): 3-14 % faster than s3ws at DeepSeek uniform T = 1 to 64, within
     # 3 % at one expert; where the run stays (K = 2880) two CTAs fit, so the 3-stage variant;
-    # no four-tile variant (session 27: 6-23 % slower at DeepSeek uniform)
+    # no four-tile variant (session 27: 2-23 % slower at DeepSeek uniform)
     ("mxfp8", DEEPSEEK_FC1, S4RH),
     ("mxfp8", DEEPSEEK_FC2, S4RH),
     ("mxfp8", GPTOSS_FC1, S3H),  # session 26: s3ws with the raster, 1-21 % faster
