@@ -31,17 +31,23 @@ from tests.harness.compile_gate import (
     cubin_registers,
     gate_environment,
 )
-from tests.host.test_mx_pipeline_depth_host import SMALL_CAPACITY
+from tests.host.test_mx_pipeline_depth_host import (
+    DEEPSEEK_FC1,
+    DEEPSEEK_FC2,
+    GPTOSS_FC1,
+    GPTOSS_FC2,
+    SMALL_CAPACITY,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CTA_THREADS_64_ROW = 288  # by hand: 128 decode + 128 MMA + 32 TMA
 ALLOCATION_UNIT = 8
 """Registers per thread are allocated in multiples of 8 (a warp's in units of 256)."""
 SHAPES = {  # (mode, N, K, float32 output), as the layer compiles FC1 and FC2
-    "deepseek-fc1": ("swiglu", 4096, 7168, True),
-    "deepseek-fc2": ("plain", 7168, 2048, False),
-    "gptoss-fc1": ("swiglu", 5760, 2880, True),
-    "gptoss-fc2": ("plain", 2880, 2880, False),
+    "deepseek-fc1": ("swiglu", *DEEPSEEK_FC1, True),
+    "deepseek-fc2": ("plain", *DEEPSEEK_FC2, False),
+    "gptoss-fc1": ("swiglu", *GPTOSS_FC1, True),
+    "gptoss-fc2": ("plain", *GPTOSS_FC2, False),
 }
 CASES = [(w, shape) for w in ("mxfp4", "nvfp4", "mxfp8") for shape in SHAPES]
 
