@@ -20,6 +20,8 @@ from tests.suites import SANITIZER_TOOLS
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "devtools" / "device_qualify.sh"
 DEVICE_FILE_LIMIT = 8  # /work/.library/device/README.md: files back from $OUT
+DEVICE_CALL_LIMIT_S = 600  # /work/.library/device/README.md: the most one command may run
+PRELUDE_AND_COPY_S = 30  # by hand: unpacking the carried wheel, then copying the records back
 
 FAKE_QUALIFY = """
 import json, sys
@@ -35,14 +37,16 @@ for i in range(25):  # one log and one JUnit report per case, as the sanitize su
     (out / "cases" / f"case{i}.junit.xml").write_text("<x/>")
 status = "fail" if tool == "{failing}" else "pass"
 (out / "qualification.json").write_text(json.dumps(
-    {"status": status, "suggested_record_name": f"20261203T000000Z_{name}_abc.json"}))
+    {"status": status, "suggested_record_name": f"20261203T000000Z_{name}_abc.json",
+     "argv": args}))
 (out / "summary.md").write_text(f"# Qualification: {status.upper()} ({name})\\n")
 sys.exit(0 if status == "pass" else 1)
 """
 
 
 def _run(tmp_path: Path, what: str, failing: str = "none",
-         tool: str | None = None, out_name: str = "out") -> tuple[int, Path]:
+         tool: str | None = None, out_name: str = "out",
+         env_extra: dict[str, str] | None = None) -> tuple[int, Path]:
     """One device call: a fresh ``$OUT`` (``out_name``) each time, the same machine's
     ``/tmp`` (``MEGAMOE_QUALIFY_TMP``) across calls, as on a warm device."""
     repo, out = tmp_path / "repo", tmp_path / out_name
@@ -56,7 +60,8 @@ def _run(tmp_path: Path, what: str, failing: str = "none",
         (bindir / "python3").symlink_to(sys.executable)
     env = {**os.environ, "OUT": str(out), "MEGAMOE_QUALIFY_TMP": str(tmp_path / "q"),
            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(ROOT)}  # the script reads the tool list from tests.suites
+           "PYTHONPATH": str(ROOT),  # the script reads the tool list from tests.suites
+           **(env_extra or {})}
     argv = ["bash", str(SCRIPT), what] + ([tool] if tool else [])
     proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True,
                           text=True, timeout=120)
@@ -126,3 +131,29 @@ def test_a_rerun_on_a_warm_machine_reports_only_itself(tmp_path) -> None:
     assert [p.name for p in (out / "records").iterdir()] == [
         "20261203T000000Z_sanitize-racecheck_abc.json"]
     assert "PASS (sanitize-racecheck)" in (out / "summaries.md").read_text()
+
+
+def _single_argv(out: Path) -> list[str]:
+    rec = json.loads((out / "records" / "20261203T000000Z_single_abc.json").read_text())
+    return rec["argv"]
+
+
+def test_the_single_suite_gets_a_limit_that_fits_one_device_call(tmp_path,
+                                                                  monkeypatch) -> None:
+    """Session 28: the suite's 480 s limit stopped fitting it (427 s of xdist phase, then
+    the alone phase killed). Its default limit must still leave the prelude and the copies
+    inside one device call, and both knobs must reach ``qualify.py``."""
+    monkeypatch.delenv("MEGAMOE_SINGLE_TIMEOUT", raising=False)
+    monkeypatch.delenv("MEGAMOE_SINGLE_WORKERS", raising=False)
+    rc, out = _run(tmp_path, "single", out_name="default")
+    assert rc == 0
+    argv = _single_argv(out)
+    timeout = float(argv[argv.index("--timeout") + 1])
+    assert 480 < timeout <= DEVICE_CALL_LIMIT_S - PRELUDE_AND_COPY_S
+    assert argv[argv.index("--workers") + 1] == "8"
+    rc, out = _run(tmp_path, "single", out_name="knobs",
+                   env_extra={"MEGAMOE_SINGLE_TIMEOUT": "300", "MEGAMOE_SINGLE_WORKERS": "12"})
+    assert rc == 0
+    argv = _single_argv(out)
+    assert argv[argv.index("--timeout") + 1] == "300"
+    assert argv[argv.index("--workers") + 1] == "12"
