@@ -45,7 +45,9 @@ def compile_one(weights: str, mode: str, n: int, k: int, name: str, dump: Path) 
         f"r = compile_one(g.name, g.build, Path({str(dump)!r}))\n"
         "assert r.ok, r.reason\n"
     )
-    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    # -P: no current directory in front of PYTHONPATH, so a tree put first there (main's
+    # package in abase/) is the one compiled; session 27's script compiled the checkout twice
+    subprocess.run([sys.executable, "-P", "-c", code], env=env, check=True)
     cubins = sorted(dump.glob("*.cubin"))
     if not cubins:
         raise SystemExit(f"{name}: no cubin in {dump}")
