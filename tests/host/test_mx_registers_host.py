@@ -13,9 +13,9 @@ for the CTAs ``ctas_per_sm`` counted.
 By hand: a Hopper SM has 65 536 registers; a 64-row specialized MX CTA has 288 threads
 (decode warpgroup, one MMA warpgroup, one TMA warp), so three CTAs fit up to 72 registers a
 thread (3 x 288 x 72 = 62 208) and not from 73 (allocated as 80: 69 120). A 128-row
-specialized CTA has 416 (two MMA warpgroups), so two fit up to 78 registers, allocated as 72
-(2 x 416 x 72 = 59 904), and not from 73 (2 x 416 x 80 = 66 560); a non-specialized one has
-256 (two warpgroups that each decode and multiply), so two fit up to 128.
+specialized CTA has 416 (two MMA warpgroups), so two fit up to 72 registers (2 x 416 x 72 =
+59 904) and not from 73 (allocated as 80: 66 560); a non-specialized one has 256 (two
+warpgroups that each decode and multiply), so two fit up to 128 (2 x 256 x 128 = 65 536).
 """
 
 from __future__ import annotations
