@@ -86,8 +86,9 @@ def test_every_format_compiles_a_register_variant() -> None:
     KernelConfig(64, 2, tile_m=64, specialized=True),
 ], ids=lambda c: c.name)
 def test_registers_bound_the_ctas_per_sm_where_shared_memory_would_allow_more(cfg) -> None:
-    """A Hopper SM has 65536 registers; these kernels' threads are counted at 64 (ptxas
-    allocates 58-63 in units of 8): four CTAs of 288 threads need 73728, so three, though
+    """A Hopper SM has 65536 registers; these kernels' threads are counted at 64 (ptxas gives
+    most of them 58, allocated in units of 8; ``test_mx_registers_host.py`` compiles the
+    defaults and checks): four CTAs of 288 threads need 73728, so three, though
     their shared memory (at most 56 KiB + 1 KiB each here) would hold four."""
     assert 4 * (mx_storage(cfg, 2048, "mxfp4").size_in_bytes() + 1024) <= 228 * 1024
     assert ctas_per_sm(cfg, 2048, "mxfp4") == 3
