@@ -18,23 +18,23 @@ swizzle) and of the tile's packed codes (``tile_n x 32`` bytes, unswizzled) into
 ``stages``-deep ``PipelineTmaAsync``; all 256 MMA threads then decode the codes of the stage
 (each thread: one vector load of its weight words, then per pair of elements a bf16x2 word
 built by placing the code's bits, and two bf16x2 products, one restoring the format's
-exponent bias and one with the block's scale, which rounds once to bf16:
-``packed_decode``) into one of ``B_TILES`` bf16 B tiles (the 128B-swizzled layout wgmma
-reads), make the writes visible to the async proxy (``fence.proxy.async``), meet at a CTA barrier, and issue
-the wgmmas. Three B buffers make the reuse safe without waiting for the MMAs: a thread
-decodes tile ``kt`` into buffer ``kt % 3`` only after the barrier of tile ``kt - 1``, which
-every warpgroup reaches after its ``wait_group(1)`` of tile ``kt - 2``, so every wgmma of tile
+exponent bias and one with the block's scale, which rounds once to bf16: ``packed_decode``)
+into one of ``B_TILES`` bf16 B tiles (the 128B-swizzled layout wgmma reads), make the writes
+visible to the async proxy (``fence.proxy.async``), meet at a CTA barrier, and issue the
+wgmmas. Three B buffers make the reuse safe without waiting for the MMAs: a thread decodes
+tile ``kt`` into buffer ``kt % 3`` only after the barrier of tile ``kt - 1``, which every
+warpgroup reaches after its ``wait_group(1)`` of tile ``kt - 2``, so every wgmma of tile
 ``kt - 3`` (the buffer's previous reader) is complete. The scale bytes of the tile's
 ``tile_n`` weight rows (all of K: ``tile_n * K / 32`` bytes, one contiguous run) are copied
 to shared memory once per tile before the mainloop, except in a ``scale_regs`` variant at a
 K whose rows' scale bytes are whole 16-byte vectors (``scale_run_in_smem``): each decode
-thread there loads its row's scale bytes straight from global memory, 16 bytes (8 k tiles;
-4 for NVFP4) at a time, one vector ahead of the k tiles it decodes, gathers its own bytes
-of the vector into two registers with ``prmt``, and picks each k tile's byte by a constant
+thread there loads its row's scale bytes straight from global memory, 16 bytes (8 k tiles; 4
+for NVFP4) at a time, one vector ahead of the k tiles it decodes, gathers its own bytes of
+the vector into two registers with ``prmt``, and picks each k tile's byte by a constant
 shift (the k loop unrolled by the vector's k tiles; for MXFP8 by a select and a variable
-shift in the plain loop: ``SCALE_LOOP_UNROLLED``). No prologue and no K-long run: a
-4-stage 64-row CTA then keeps three CTAs per SM at DeepSeek's K = 7168 (MXFP4 79 -> 66 KiB,
-NVFP4 93 -> 66 KiB).
+shift in the plain loop: ``SCALE_LOOP_UNROLLED``). No prologue and no K-long run: a 4-stage
+64-row CTA then keeps three CTAs per SM at DeepSeek's K = 7168 (MXFP4 79 -> 66 KiB, NVFP4 93
+-> 66 KiB).
 
 ``specialized`` variants split those roles (the ``kernel_specialized`` docstring): one
 decode warpgroup turns each stage's weights into the next free bf16 B tile while the MMA
@@ -151,7 +151,10 @@ no persistent variant), or for a small capacity and a known ``K`` a deeper pipel
 - ``n64s4ws`` (the default for large route capacities): the ``specialized`` variant (a decode
   warpgroup, two MMA warpgroups and a TMA
   warp; 416 threads, 59 registers each; two CTAs per SM): 3-7 % faster than ``n64s4`` at
-  every DeepSeek shape measured (uniform T = 1, 16, 64, 1024).
+  every DeepSeek shape measured (uniform T = 1, 16, 64, 1024). Its register twin
+  ``n64s4wsr`` (NVFP4's large-capacity default) was no faster here: +2.9 / -4.4 % (FC1 /
+  FC2) at DeepSeek uniform T = 4096, -3.2 / -2.4 % at one expert, within 1 % at gpt-oss
+  (docs/perf.md "Session 28").
 - ``m64n64s6``: 64-row M tiles (one MMA warpgroup, both warpgroups decoding): half the A
   bytes and wgmmas of a 128-row tile; faster than ``n64s4`` only at T = 64 FC1.
 - ``m64n64s3ws`` (the default for small route capacities): ``specialized`` with one MMA
@@ -209,9 +212,13 @@ FC1 / FC2 -14 / -5 % at uniform T = 1, -6 / -5 % at T = 16, -3 / -6 % at T = 64,
 expert FC1 +0.3 / -1.2 % and FC2 +1.5 / +3.0 % at T = 1 / 16 (docs/perf.md "Session
 24"). ``m64n64s3wsh`` (``m64n64s3ws`` with the first-halves raster) is the narrow default
 where ``m64n64s4wsrh`` keeps two (gpt-oss's K = 2880): 1-21 % faster than ``m64n64s3ws`` in
-the GEMM alone there, most at FC2 (docs/perf.md "Session 26")."""
+the GEMM alone there, most at FC2 (docs/perf.md "Session 26"). ``n64s3`` stays the default
+for large route capacities: the 128-row register variant ``n64s4wsr`` was +6.1 / +1.0 %
+(FC1 / FC2) at DeepSeek uniform T = 4096 and +7.4 / +4.0 % at one expert, ``n64s3wsr``
++10.1 / +4.7 % (H200, GEMM alone, docs/perf.md "Session 28")."""
 NVFP4_CONFIGS = (
     KernelConfig(64, 2, tile_m=64, specialized=True),
+    KernelConfig(64, 4, specialized=True, scale_regs=True),
     KernelConfig(64, 3),
     KernelConfig(128, 4),
     KernelConfig(64, 3, specialized=True),
@@ -244,9 +251,17 @@ faster than ``m64n64s6ws`` in the GEMM alone there (docs/perf.md "Session 26").
 DeepSeek, GEMM alone, FC1 / FC2 against ``m64n64s4wsrh`` -3.7 / -2.9 % at uniform T = 1,
 -5.3 / -4.0 % at T = 16, -3.7 / -3.6 % at T = 64, -6.0 / -3.4 % at T = 256, one expert
 -1.7 / -5.0 % at T = 1, -3.3 / +4.9 % at T = 16 (docs/perf.md "Session 27").
-``n64s3`` stays the default for large (or unknown) route capacities. ``n64s3ws``
-measured 4 % faster than ``n64s3`` at DeepSeek FC1 T = 16, 2-5 % slower everywhere else
-(whole A tiles)."""
+``n64s4wsr`` (the default for large or unknown route capacities, past
+``MX_NARROW_ROUTES``): the 128-row specialized kernel (two MMA warpgroups, 416 threads, 59
+registers at the benchmark shapes) with the scale bytes in registers, two CTAs per SM at
+DeepSeek's and gpt-oss's K (at gpt-oss's 2880 the run stays in shared memory). H200, GEMM
+alone in the layer's grid, FC1 / FC2 against ``n64s3``, the default before session 28:
+DeepSeek uniform T = 4096 (128 rows per expert) -4.4 / -4.7 %, T = 2048 -14.7 / -8.7 %,
+one expert T = 4096 -13.3 / -7.5 %; gpt-oss uniform T = 4096 -7.6 / -6.9 %, one expert
+-6.3 / -5.6 %; every live row bit for bit ``n64s3``'s (docs/perf.md "Session 28"). Its
+four-B-tile twin ``n64s4wsrb4`` gains 1-2 points more at DeepSeek and is 25-34 % slower at
+gpt-oss, so not taken. ``n64s3ws`` measured 4 % faster than ``n64s3`` at DeepSeek FC1 T =
+16, 2-5 % slower everywhere else (whole A tiles)."""
 CONFIGS_BY_FORMAT = {"mxfp4": MXFP4_CONFIGS, "mxfp8": MXFP8_CONFIGS, "nvfp4": NVFP4_CONFIGS}
 
 
@@ -268,7 +283,8 @@ the 128-row tile wins (5580 against 7526 us). The bound stops at 8192 routes (32
 expert at DeepSeek's E = 256, K = 8; 64 at gpt-oss's E = 128, K = 4). The capacity does not
 say how the routes spread: a batch whose routes all go to one expert (skewed) runs 8-34 %
 slower on the 64-row variant than on main's earlier 128-row kernels (the whole layer,
-DeepSeek skewed T <= 1024), while uniform batches run 15-23 % faster (docs/perf.md, "One A load per stage").
+DeepSeek skewed T <= 1024), while uniform batches run 15-23 % faster (docs/perf.md, "One A
+load per stage").
 NVFP4's two-stage 64-row variant won nowhere in the layer (its bound was 0 until its deeper
 pipelines, ``MX_NARROW_DEPTHS``, were measured; with them, the same trade as MXFP4's: the
 DeepSeek layer 28 % faster at uniform T = 1024 and 27 % slower at skewed T = 1024). A
@@ -282,8 +298,10 @@ SM90_REGISTERS_PER_SM = 65536
 """32-bit registers of one Hopper SM that resident CTAs divide among them."""
 MX_REGISTERS_PER_THREAD = 64
 """The registers a thread of these kernels is counted with: ptxas (sm_90a) gives the
-specialized 64-row variants 58-63 at DeepSeek shapes, and allocates a warp's registers in
-units of 256 (8 per thread), so 64."""
+defaults 58-59 at the benchmark shapes (the four-B-tile ``m64n64s4wsrhb4`` 67-71 at
+DeepSeek's, which still fit the three CTAs counted: ``tests/host/test_mx_registers_host.py``
+compiles every default and checks) and allocates a warp's registers in units of 256 (8 per
+thread), so 64."""
 
 MX_NARROW_DEPTHS: dict[str, tuple[tuple[str, int], ...]] = {
     "mxfp4": (("m64n64s4wsrhb4", 3), ("m64n64s4wsrh", 3), ("m64n64s6wsh", 2)),
@@ -301,9 +319,9 @@ it keeps two and the rule goes on to ``m64n64s4wsrh``). Whole DeepSeek ``fp8_mxf
 by stage against the session-26 rule, forward: -3.9 / -6.5 / -4.3 % at uniform T = 1 / 16
 / 256, +0.5 / +0.4 / -2.0 % at one expert. Not taken: MXFP8's four-tile variants (its
 stage is twice as large: ``m64n64s3wsrhb4`` keeps three CTAs with one stage fewer and lost
-6-12 % at DeepSeek uniform batches, ``m64n64s4wsrhb4`` keeps two and lost 7-23 %), and at
-gpt-oss MXFP4's ``m64n64s3wsrhb4`` (12-16 % slower at uniform T >= 16), MXFP8's
-``m64n64s3wshb4`` and NVFP4's ``m64n64s3wshb4`` / ``m64n64s6wshb4`` (all within 1 % at
+6-14 % at DeepSeek uniform batches, ``m64n64s4wsrhb4`` keeps two and lost 2-23 %), and at
+gpt-oss MXFP4's ``m64n64s3wsrhb4`` (12-15 % slower at uniform T >= 16), MXFP8's
+``m64n64s3wshb4`` and NVFP4's ``m64n64s3wshb4`` / ``m64n64s6wshb4`` (all within 1.5 % at
 uniform batches, up to 11 % slower at one expert).
 Session 25 (docs/perf.md "Session 25"): ``m64n64s4wsrh``, ``m64n64s4wsr`` with the
 segments' first halves first (``halves_tile``), in its place in every format: the same
@@ -1166,6 +1184,9 @@ GATE_BUILDS = (
     GateBuild("nvfp4", "plain", 192, 512,
               KernelConfig(64, 4, **_M64WS, scale_regs=True, halves=True, b_tiles=4),
               why="four bf16 B tiles with NVFP4's E4M3 scales"),
+    GateBuild("nvfp4", "swiglu", 256, 512, KernelConfig(64, 4, specialized=True, scale_regs=True),
+              True, "the 128-row register path (two MMA warpgroups; NVFP4's large-capacity "
+              "default)"),
 )
 """The MX GEMMs the offline compile gate builds: small shapes that reach each code path (the
 three formats, both modes, both output types, 128- and 64-row tiles, the specialized,

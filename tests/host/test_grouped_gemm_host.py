@@ -315,10 +315,11 @@ def test_an_mx_variant_is_64_rows_high_for_a_small_route_capacity_only(kind, n):
     assert n % small.tile_n == 0 and n % large.tile_n == 0
 
 
-WIDE_DEFAULTS = {"mxfp4": "n64s4ws", "mxfp8": "n64s3", "nvfp4": "n64s3"}
+WIDE_DEFAULTS = {"mxfp4": "n64s4ws", "mxfp8": "n64s3", "nvfp4": "n64s4wsr"}
 """Each format's 128-row variant past ``MX_NARROW_ROUTES``, as measured (docs/perf.md "One A
-load per stage"; session 28's 128-row register variants were no faster for MXFP4 and MXFP8;
-NVFP4's ``n64s4wsr``, 4-15 % faster, waits for its qualification: docs/wip/README.md)."""
+load per stage"; "Session 28": NVFP4's register variant ``n64s4wsr`` 4-15 % faster than
+``n64s3`` at 64 and 128 rows per expert and at one expert, both shapes; MXFP4's and MXFP8's
+128-row register variants no faster than these)."""
 
 
 @pytest.mark.parametrize("kind", sorted(WIDE_DEFAULTS))

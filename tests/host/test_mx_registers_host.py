@@ -136,8 +136,9 @@ def test_three_ctas_fit_up_to_72_registers_and_not_from_73() -> None:
 
 
 def test_two_128_row_specialized_ctas_fit_up_to_72_registers_and_not_from_73() -> None:
-    """The same for the 128-row specialized CTA (MXFP4's wide default ``n64s4ws``): two of
-    416 threads fit at 72 registers, one at 73; a wide default at 73 is the planted bug."""
+    """The same for the 128-row specialized CTA (MXFP4's wide default ``n64s4ws``, NVFP4's
+    ``n64s4wsr``): two of 416 threads fit at 72 registers, one at 73; a wide default at 73 is
+    the planted bug."""
     threads = CTA_THREADS[(128, True)]
     assert threads == 416
     assert ctas_by_registers(72, threads) == 2 and ctas_by_registers(73, threads) == 1

@@ -49,17 +49,24 @@ def _case(kind: str, k: int, seed: int, device) -> dict:
     return case
 
 
-def assert_rows_are_the_twins(case: dict, kind: str) -> None:
-    """Run the run-copying twin, then ``IN_REGS``, on ``case``: every live row bit for bit
-    the same, and (``_check``) within the s8 bound of the PyTorch path, dead rows untouched."""
+WIDE_IN_REGS = [(kind, cfg) for kind, cfgs in CONFIGS_BY_FORMAT.items() for cfg in cfgs
+                if cfg.scale_regs and cfg.tile_m != 64]
+"""The 128-row register variants (two MMA warpgroups; NVFP4's ``n64s4wsr``, its default
+past ``MX_NARROW_ROUTES``)."""
+
+
+def assert_rows_are_the_twins(case: dict, kind: str, cfg: KernelConfig = IN_REGS) -> None:
+    """Run the run-copying twin, then ``cfg`` (a register variant), on ``case``: every live
+    row bit for bit the same, and (``_check``) within the s8 bound of the PyTorch path, dead
+    rows untouched."""
     live = live_mask(case["seg"].tolist(), case["counts"].tolist(),
                      case["out"].shape[0]).to(case["out"].device)
     poison_(case["out"])
     _run(case, "plain", None, smem_twin(kind))
     want = case["out"][live].clone()
     poison_(case["out"])
-    _run(case, "plain", None, IN_REGS)
-    assert same_bits(case["out"][live], want), f"{kind}: rows differ from the twin's"
+    _run(case, "plain", None, cfg)
+    assert same_bits(case["out"][live], want), f"{kind} {cfg.name}: rows differ from the twin's"
     _check(case, "plain", None)
 
 
@@ -78,3 +85,33 @@ def test_a_k_without_whole_vectors_falls_back_to_the_run(cuda_device, kind) -> N
     k = 8832
     assert scale_run_in_smem(IN_REGS, k, kind)
     assert_rows_are_the_twins(_case(kind, k, seed=44, device=cuda_device), kind)
+
+
+def test_a_128_row_register_variant_is_compiled() -> None:
+    assert [(k, c.name) for k, c in WIDE_IN_REGS] == [("nvfp4", "n64s4wsr")]
+
+
+@pytest.mark.parametrize("k", (*KS, 8832))
+@pytest.mark.parametrize(("kind", "cfg"), WIDE_IN_REGS,
+                         ids=[f"{k}-{c.name}" for k, c in WIDE_IN_REGS])
+def test_the_128_row_register_variant_gives_the_shared_memory_bits(cuda_device, kind, cfg,
+                                                                     k) -> None:
+    """Two MMA warpgroups read the tiles one decode warpgroup fills from registers (and, at
+    K = 8832, from the copied run): the experts of 3, 70 and 129 rows take one partial and
+    one whole 128-row tile; every live row is the twin's."""
+    assert scale_run_in_smem(cfg, k, kind) == (k == 8832)
+    assert_rows_are_the_twins(_case(kind, k, seed=45, device=cuda_device), kind, cfg)
+
+
+@pytest.mark.sanitizer
+def test_sanitizer_case_128_row_register_variant(cuda_device) -> None:
+    """Designated small case of the compute-sanitizer suite: each 128-row register variant
+    (NVFP4's default past ``MX_NARROW_ROUTES``) on one partial and one whole 128-row tile at
+    a K of whole scale vectors (the decode threads' vector loads, the two MMA warpgroups'
+    reads of the decoded tiles), every live row checked."""
+    for kind, cfg in WIDE_IN_REGS:
+        assert not scale_run_in_smem(cfg, 512, kind)
+        case = _case(kind, 512, seed=46, device=cuda_device)
+        poison_(case["out"])
+        _run(case, "plain", None, cfg)
+        _check(case, "plain", None)
