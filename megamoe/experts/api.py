@@ -314,20 +314,25 @@ def weight_kind(b) -> str:  # type: ignore[no-untyped-def]
 
 
 def gemm_config(weights: str, n: int, routes: int | None = None,
-                k: int | None = None) -> KernelConfig:
+                k: int | None = None, experts: int | None = None) -> KernelConfig:
     """The variant a caller should compile and run for weight kind ``weights``, ``N`` and
-    the GEMM's ``K``: ``mx_default_config(N, weights, routes, K)`` for the block-scaled kinds
-    (64-row tiles for a small capacity, as deep a pipeline as ``K`` leaves room for),
-    ``default_config(N, routes)`` for bf16 (narrow column tiles for a small one), where
-    ``routes`` is the caller's *static* route capacity (``C * K``, with ``K`` there the
-    routes per token). A layer picks it once from its config, so the variant, and with it
-    every row's result, never depends on a batch's live rows (CONTRACTS.md s7)."""
+    the GEMM's ``K``: ``mx_default_config(N, weights, routes, K, experts)`` for the
+    block-scaled kinds (64-row tiles for a capacity of at most 64 rows per expert, as deep a
+    pipeline as ``K`` leaves room for), ``default_config(N, routes)`` for bf16 (narrow
+    column tiles for a small one), where ``routes`` is the caller's *static* route capacity
+    (``C * K``, with ``K`` there the routes per token) and ``experts`` the experts the GEMM
+    covers (one when not given). A layer picks it once from its config, so the variant, and
+    with it every row's result, never depends on a batch's live rows (CONTRACTS.md s7)."""
     if weights not in WEIGHT_KINDS:
         raise ConfigError("weights", f"one of {WEIGHT_KINDS}", repr(weights))
+    if experts is not None and (isinstance(experts, bool) or not isinstance(experts, int)
+                                or experts < 1):
+        raise ConfigError("experts", "a positive int (the experts the GEMM covers)",
+                          repr(experts))
     if weights != "bf16":
         from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
-        return mx_default_config(n, weights, routes, k)
+        return mx_default_config(n, weights, routes, k, experts)
     return default_config(n, routes)
 
 

@@ -139,7 +139,7 @@ MXFP4_CONFIGS = (
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True, b_tiles=4),
 )
 """The compiled MXFP4 variants; ``mx_default_config`` takes the first of the height the route
-capacity asks for (``MX_NARROW_ROUTES``) whose column tile divides ``N`` (one CTA per tile;
+capacity asks for (``MX_NARROW_ROWS_PER_EXPERT``) whose column tile divides ``N`` (one CTA per tile;
 no persistent variant), or for a small capacity and a known ``K`` a deeper pipeline
 (``MX_NARROW_DEPTHS``). Their H200 A/B numbers: docs/perf.md, "MX GEMM variants" and
 "Session 21" (``python -m megamoe.bench.mx_gemm``).
@@ -241,7 +241,7 @@ height: ``m64n64s4ws`` / ``m64n64s6ws`` (the narrow default, ``MX_NARROW_DEPTHS`
 expert, except one row through FC2 (22.3-22.5 against 21.1 us) in the GEMM alone; in the
 whole layer (``layer_stages``) 21-28 % faster at uniform T = 1, 16 and 1024, within 1 % at
 one-expert T <= 16, and 27 % slower at skewed T = 1024 (thousands of rows on a few
-experts, where 128-row tiles win: ``MX_NARROW_ROUTES``) (docs/perf.md "Session 22").
+experts, where 128-row tiles win: ``MX_NARROW_ROWS_PER_EXPERT``) (docs/perf.md "Session 22").
 ``m64n64s4wsr`` (``scale_regs``): without the 28 KiB scale run, three CTAs per SM at K =
 7168; 14 % faster than ``m64n64s6ws`` at DeepSeek FC1 uniform T = 16 and 64, 5 % than
 ``m64n64s4ws`` at FC2 (docs/perf.md "Session 23"). ``m64n64s6wsh``, ``m64n64s6ws`` with the
@@ -252,7 +252,7 @@ DeepSeek, GEMM alone, FC1 / FC2 against ``m64n64s4wsrh`` -3.7 / -2.9 % at unifor
 -5.3 / -4.0 % at T = 16, -3.7 / -3.6 % at T = 64, -6.0 / -3.4 % at T = 256, one expert
 -1.7 / -5.0 % at T = 1, -3.3 / +4.9 % at T = 16 (docs/perf.md "Session 27").
 ``n64s4wsr`` (the default for large or unknown route capacities, past
-``MX_NARROW_ROUTES``): the 128-row specialized kernel (two MMA warpgroups, 416 threads, 59
+``MX_NARROW_ROWS_PER_EXPERT``): the 128-row specialized kernel (two MMA warpgroups, 416 threads, 59
 registers at the benchmark shapes) with the scale bytes in registers, two CTAs per SM at
 DeepSeek's and gpt-oss's K (at gpt-oss's 2880 the run stays in shared memory). H200, GEMM
 alone in the layer's grid, FC1 / FC2 against ``n64s3``, the default before session 28:
@@ -272,23 +272,41 @@ GPU-tested but never a default: H200, DeepSeek, GEMM alone (``mx_gemm``, docs/pe
 against 249.6, and 4 or 16 tokens 19-75 % slower (the slices multiply the CTAs, dead ones
 included). A caller that knows its batches put every route on a few experts may pass one."""
 
-MX_NARROW_ROUTES = {"mxfp4": 8192, "mxfp8": 8192, "nvfp4": 8192}
-"""Per format: callers whose route capacity (``C * K``) is at most this get the format's
-64-row variant (the first of its configs with ``tile_m`` 64), larger ones (and callers that
-give no capacity) its first 128-row variant. A 64-row tile needs one tile where a 128-row
-one does for experts of up to 64 rows, with half its A bytes and wgmmas and three CTAs per
-SM: H200, DeepSeek uniform, MXFP4 FC1 3729 against 4826 us at 32 rows per expert (T =
-1024, 8192 routes) and 3825 against 6489 us at 64 rows (T = 2048); at 128 rows (T = 4096)
-the 128-row tile wins (5580 against 7526 us). The bound stops at 8192 routes (32 rows per
-expert at DeepSeek's E = 256, K = 8; 64 at gpt-oss's E = 128, K = 4). The capacity does not
-say how the routes spread: a batch whose routes all go to one expert (skewed) runs 8-34 %
-slower on the 64-row variant than on main's earlier 128-row kernels (the whole layer,
-DeepSeek skewed T <= 1024), while uniform batches run 15-23 % faster (docs/perf.md, "One A
-load per stage").
+MX_NARROW_ROWS_PER_EXPERT = {"mxfp4": 64, "mxfp8": 64, "nvfp4": 64}
+"""Per format: callers whose route capacity (``C * K``) is at most this many rows per expert
+(``C * K <= bound * E``, ``E`` the experts the GEMM covers) get the format's 64-row variant
+(``MX_NARROW_DEPTHS``, else the first of its configs with ``tile_m`` 64), larger ones (and
+callers that give no capacity) its first 128-row variant; a caller that gives a capacity
+but no expert count is read as one expert (the most rows a single expert can get). A
+64-row tile needs one tile where a 128-row one does for experts of up to 64 rows, with half
+its A bytes and wgmmas and three CTAs per SM: H200, DeepSeek uniform, MXFP4 FC1 3729
+against 4826 us at 32 rows per expert (T = 1024, 8192 routes) and 3825 against 6489 us at
+64 rows (T = 2048); at 128 rows (T = 4096) the 128-row tile wins (5580 against 7526 us).
+Session 29 (docs/perf.md "Session 29") moved the bound from 8192 routes (32 rows per expert
+at DeepSeek's E = 256, K = 8; 64 at gpt-oss's E = 128, K = 4, where nothing changes) to 64
+rows per expert: H200, GEMM alone in the layer's grid, DeepSeek uniform T = 1536 and 2048
+(48 and 64 rows per expert), the narrow default against the 128-row one, FC1 / FC2: MXFP4
+-33 / -33 % and -34 / -32 %, MXFP8 -27 / -27 % and -27 / -30 %, NVFP4 (against
+``n64s4wsr``) -31 / -31 % and -31 / -30 %, 0.8-1.7 ms a GEMM; one expert with the same T
+(1536 or 2048 rows) +12 to +46 % (MXFP8's FC1 the most), 24-175 us a GEMM, the trade the
+old bound already made at T = 1024 (+14 to +48 %). The capacity does not say how the routes
+spread: a batch whose routes all go to one expert (skewed) runs 8-34 % slower on the 64-row
+variant than on main's earlier 128-row kernels (the whole layer, DeepSeek skewed T <= 1024),
+while uniform batches run 15-23 % faster (docs/perf.md, "One A load per stage").
 NVFP4's two-stage 64-row variant won nowhere in the layer (its bound was 0 until its deeper
 pipelines, ``MX_NARROW_DEPTHS``, were measured; with them, the same trade as MXFP4's: the
 DeepSeek layer 28 % faster at uniform T = 1024 and 27 % slower at skewed T = 1024). A
-choice from the capacity, never from a batch's live rows (CONTRACTS.md s7)."""
+choice from the capacity and the expert count, never from a batch's live rows
+(CONTRACTS.md s7)."""
+
+
+def mx_narrow(weights: str, routes: int | None, experts: int | None = None) -> bool:
+    """Whether a caller with static route capacity ``routes`` (``C * K``) over ``experts``
+    experts (one when not given) gets 64-row tiles: ``MX_NARROW_ROWS_PER_EXPERT``."""
+    if routes is None:
+        return False
+    return routes <= MX_NARROW_ROWS_PER_EXPERT[weights] * (1 if experts is None else experts)
+
 
 SM90_SHARED_BYTES_PER_SM = 228 * 1024
 """Shared memory of one Hopper SM (H100, H200) that resident CTAs divide among them."""
@@ -419,15 +437,16 @@ def ctas_per_sm(cfg: KernelConfig, k: int, weights: str = "mxfp4") -> int:
 
 
 def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None,
-                      k: int | None = None) -> KernelConfig:
+                      k: int | None = None, experts: int | None = None) -> KernelConfig:
     """The variant of weight format ``weights`` for an ``N`` (and the GEMM's ``K``): when
-    ``routes`` (the caller's static route capacity) is at most ``MX_NARROW_ROUTES[weights]``,
-    the first of ``MX_NARROW_DEPTHS[weights]`` whose column tile divides ``N`` and that keeps
+    ``routes`` (the caller's static route capacity) over ``experts`` experts is narrow
+    (``mx_narrow``: at most ``MX_NARROW_ROWS_PER_EXPERT[weights]`` rows per expert), the
+    first of ``MX_NARROW_DEPTHS[weights]`` whose column tile divides ``N`` and that keeps
     its CTAs per SM at ``K``, else the first 64-row one whose column tile divides ``N``; for
     larger (or unknown) capacities the first 128-row one (any variant whose tile divides
     ``N`` when the preferred height has none). Never a split-K variant (``SPLIT_K_NOTE``)."""
     configs = CONFIGS_BY_FORMAT[weights]
-    narrow = routes is not None and routes <= MX_NARROW_ROUTES[weights]
+    narrow = mx_narrow(weights, routes, experts)
     fits = [cfg for cfg in configs if n % cfg.tile_n == 0 and cfg.splits == 1]
     if narrow and k is not None:
         by_name = {cfg.name: cfg for cfg in fits}
@@ -443,9 +462,10 @@ def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None,
     raise ValueError(f"N: expected a multiple of {min(c.tile_n for c in configs)}, got {n}")
 
 
-def mxfp4_default_config(n: int, routes: int | None = None, k: int | None = None) -> KernelConfig:
+def mxfp4_default_config(n: int, routes: int | None = None, k: int | None = None,
+                         experts: int | None = None) -> KernelConfig:
     """``mx_default_config`` for MXFP4 weights."""
-    return mx_default_config(n, "mxfp4", routes, k)
+    return mx_default_config(n, "mxfp4", routes, k, experts)
 
 
 def decode_k_tile(mainloop, decoded, read, fill, decode, s_qw, scales, s_b32, outer, wrow,

@@ -285,38 +285,73 @@ def test_gemm_config_follows_the_weight_kind_and_the_route_capacity():
     from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
     assert api.gemm_config("bf16", 4096, 64) == default_config(4096, 64)
+    assert api.gemm_config("bf16", 4096, 64, experts=256) == default_config(4096, 64)
     for kind in ("mxfp4", "mxfp8", "nvfp4"):
         assert api.gemm_config(kind, 4096, 64) == mx_default_config(4096, kind, 64)
         assert api.gemm_config(kind, 4096, 10**6) == mx_default_config(4096, kind, 10**6)
+        # the expert count reaches the MX rule: 16384 routes are narrow over 256 experts only
+        assert (api.gemm_config(kind, 4096, 16384, 7168, 256)
+                == mx_default_config(4096, kind, 16384, 7168, 256))
+        assert (api.gemm_config(kind, 4096, 16384, 7168, 256).tile_m,
+                api.gemm_config(kind, 4096, 16384, 7168).tile_m) == (64, TILE_M)
     with pytest.raises(ConfigError) as info:
         api.gemm_config("fp4", 4096)
     assert info.value.argument == "weights"
 
 
+@pytest.mark.parametrize("experts", [0, -4, True, 2.0, "256"])
+def test_gemm_config_refuses_an_expert_count_that_is_not_a_positive_int(experts):
+    with pytest.raises(ConfigError) as info:
+        api.gemm_config("mxfp4", 4096, 128, 7168, experts)
+    assert info.value.argument == "experts"
+
+
+# (E, K routes per token, T at 64 rows per expert): the bound C * K = 64 * E, by hand
+BOUNDS = [(1, 8, 8), (8, 2, 256), (128, 4, 2048), (256, 8, 2048)]
+
+
 @pytest.mark.parametrize("kind", ["mxfp4", "mxfp8", "nvfp4"])
 @pytest.mark.parametrize("n", [4096, 7168, 5760, 2880])
-def test_an_mx_variant_is_64_rows_high_for_a_small_route_capacity_only(kind, n):
-    """MX_NARROW_ROUTES: 64-row tiles up to the format's bound, 128-row tiles past it and
-    when no capacity is given; both among the format's compiled (GPU-tested) variants."""
+@pytest.mark.parametrize(("experts", "top_k", "tokens"), BOUNDS)
+def test_an_mx_variant_is_64_rows_high_up_to_64_rows_per_expert(kind, n, experts, top_k,
+                                                                 tokens):
+    """MX_NARROW_ROWS_PER_EXPERT: 64-row tiles while the capacity ``C * K`` is at most 64 rows
+    per expert (DeepSeek E = 256, K = 8: up to T = 2048; gpt-oss E = 128, K = 4: up to T =
+    2048), 128-row tiles one route past it and when no capacity is given; both among the
+    format's compiled (GPU-tested) variants. No expert count reads as one expert."""
     from megamoe.experts.mxfp4_gemm_kernel import (
         CONFIGS_BY_FORMAT,
-        MX_NARROW_ROUTES,
+        MX_NARROW_ROWS_PER_EXPERT,
         mx_default_config,
     )
 
-    bound = MX_NARROW_ROUTES[kind]
-    assert bound == 8192  # 32 rows per expert at DeepSeek's E = 256, K = 8 (docs/perf.md)
-    small = mx_default_config(n, kind, bound)
-    large = mx_default_config(n, kind, bound + 1)
+    assert MX_NARROW_ROWS_PER_EXPERT[kind] == 64  # docs/perf.md "Session 29"
+    routes = tokens * top_k
+    small = mx_default_config(n, kind, routes, None, experts)
+    large = mx_default_config(n, kind, routes + 1, None, experts)
     assert (small.tile_m, large.tile_m) == (64, TILE_M)
     assert mx_default_config(n, kind, None) == large == mx_default_config(n, kind)
-    assert mx_default_config(n, kind, 1) == small
+    assert mx_default_config(n, kind, 1, None, experts) == small
+    assert mx_default_config(n, kind, 64) == small != mx_default_config(n, kind, 65)
+    assert mx_default_config(n, kind, routes, None, None) == (small if experts == 1 else large)
     assert small in CONFIGS_BY_FORMAT[kind] and large in CONFIGS_BY_FORMAT[kind]
     assert n % small.tile_n == 0 and n % large.tile_n == 0
 
 
+def test_the_bound_is_caught_when_it_ignores_the_expert_count(monkeypatch):
+    """Planted bug: the session-28 rule (8192 routes whatever ``E``) hands DeepSeek T = 2048
+    (64 rows per expert) the 128-row tile and one expert with 8192 rows the 64-row one; the
+    rule test above refuses both."""
+    from megamoe.experts import mxfp4_gemm_kernel as mk
+
+    monkeypatch.setattr(mk, "mx_narrow", lambda weights, routes, experts=None:
+                        routes is not None and routes <= 8192)
+    assert mk.mx_default_config(4096, "mxfp4", 2048 * 8, 7168, 256).tile_m == TILE_M
+    assert mk.mx_default_config(4096, "mxfp4", 8192, 7168, 1).tile_m == 64
+
+
 WIDE_DEFAULTS = {"mxfp4": "n64s4ws", "mxfp8": "n64s3", "nvfp4": "n64s4wsr"}
-"""Each format's 128-row variant past ``MX_NARROW_ROUTES``, as measured (docs/perf.md "One A
+"""Each format's 128-row variant past ``MX_NARROW_ROWS_PER_EXPERT``, as measured (docs/perf.md "One A
 load per stage"; "Session 28": NVFP4's register variant ``n64s4wsr`` 4-15 % faster than
 ``n64s3`` at 64 and 128 rows per expert and at one expert, both shapes; MXFP4's and MXFP8's
 128-row register variants no faster than these)."""
@@ -324,15 +359,17 @@ load per stage"; "Session 28": NVFP4's register variant ``n64s4wsr`` 4-15 % fast
 
 @pytest.mark.parametrize("kind", sorted(WIDE_DEFAULTS))
 @pytest.mark.parametrize("n", [4096, 7168, 5760, 2880])
-@pytest.mark.parametrize("routes", [None, 8193, 10**6])
-def test_each_format_takes_its_measured_128_row_variant_past_the_narrow_bound(kind, n, routes):
-    """Past ``MX_NARROW_ROUTES`` (and with no capacity) the 128-row variant is the one the
-    measurements chose, whatever ``K``, and it keeps two CTAs per SM at the benchmark
-    shapes' K."""
+@pytest.mark.parametrize(("routes", "experts"), [(None, None), (65, None), (8193, 128),
+                                               (16385, 256), (10**6, 256)])
+def test_each_format_takes_its_measured_128_row_variant_past_the_narrow_bound(kind, n, routes,
+                                                                             experts):
+    """Past ``MX_NARROW_ROWS_PER_EXPERT`` (and with no capacity) the 128-row variant is the
+    one the measurements chose, whatever ``K``, and it keeps two CTAs per SM at the
+    benchmark shapes' K."""
     from megamoe.experts.mxfp4_gemm_kernel import CONFIGS_BY_FORMAT, ctas_per_sm, mx_default_config
 
     for k in (None, 2048, 2880, 7168):
-        cfg = mx_default_config(n, kind, routes, k)
+        cfg = mx_default_config(n, kind, routes, k, experts)
         assert cfg.tile_m == TILE_M and cfg.name == WIDE_DEFAULTS[kind]
         assert cfg in CONFIGS_BY_FORMAT[kind] and cfg.splits == 1
         if k is not None:

@@ -322,5 +322,18 @@ def test_the_mx_gemm_variants_get_each_gemms_own_k(recipe: str, weights: str) ->
     routes = C * k
     fc1, fc2 = layer.gemm_configs
     assert (fc1.name, fc2.name) == ("m64n64s6wsh", "m64n64s4wsrhb4")
-    assert fc1 == mx_default_config(2 * inter, weights, routes, h)
-    assert fc2 == mx_default_config(h, weights, routes, inter)
+    assert fc1 == mx_default_config(2 * inter, weights, routes, h, e)
+    assert fc2 == mx_default_config(h, weights, routes, inter, e)
+
+
+@pytest.mark.parametrize("recipe", ["fp8_mxfp4", "mxfp8", "nvfp4"])
+def test_the_layer_passes_its_expert_count_to_the_variant_choice(recipe: str) -> None:
+    """The narrow bound is 64 rows per expert (``MX_NARROW_ROWS_PER_EXPERT``): C = 256
+    tokens at K = 2 are 512 routes, 64 rows for each of E = 8 experts (64-row tiles) and
+    128 for each of E = 4 (128-row tiles). A layer that passed no expert count (one expert)
+    or a wrong one would get the same height for both."""
+    heights = {}
+    for e in (8, 4):
+        layer, _, _ = _layer(LayerConfig(e, 2, H, INTER, 256, recipe=recipe))
+        heights[e] = tuple(cfg.tile_m for cfg in layer.gemm_configs)
+    assert heights == {8: (64, 64), 4: (128, 128)}

@@ -42,6 +42,7 @@ S4RHB4 = KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halve
 S3H = KernelConfig(64, 3, tile_m=64, specialized=True, halves=True)
 S6H = KernelConfig(64, 6, tile_m=64, specialized=True, halves=True)
 SMALL_CAPACITY = 8 * 16  # DeepSeek T = 16: 128 routes
+EXPERTS = 256  # DeepSeek's E: the narrow bound is 64 rows per expert, 16384 routes
 DEEPSEEK_FC1 = (4096, 7168)  # (N, K): N = 2 * I, K = H
 DEEPSEEK_FC2 = (7168, 2048)
 GPTOSS_FC1 = (5760, 2880)
@@ -154,11 +155,11 @@ NARROW_CHOICES = [
 
 @pytest.mark.parametrize(("weights", "shape", "expected"), NARROW_CHOICES,
                          ids=[f"{w}-{SHAPE_IDS[s]}" for w, s, _ in NARROW_CHOICES])
-@pytest.mark.parametrize("routes", [1, SMALL_CAPACITY, 8192])  # 8192: MX_NARROW_ROUTES, by hand
+@pytest.mark.parametrize("routes", [1, SMALL_CAPACITY, 8192, 64 * EXPERTS])  # the bound, by hand
 def test_the_narrow_default_takes_the_deepest_pipeline_that_keeps_its_ctas(
         weights: str, shape: tuple[int, int], expected: KernelConfig, routes: int) -> None:
     n, k = shape
-    cfg = mk.mx_default_config(n, weights, routes, k)
+    cfg = mk.mx_default_config(n, weights, routes, k, EXPERTS)
     assert cfg == expected
     assert cfg in mk.CONFIGS_BY_FORMAT[weights]  # compiled, so GPU-tested
 
@@ -169,7 +170,7 @@ def test_the_depth_rule_is_caught_when_it_ignores_occupancy(monkeypatch) -> None
     above refuses."""
     monkeypatch.setattr(mk, "ctas_per_sm", lambda cfg, k, weights="mxfp4": 3)
     n, k = GPTOSS_FC1
-    assert mk.mx_default_config(n, "nvfp4", SMALL_CAPACITY, k) == S4RHB4 != S6H
+    assert mk.mx_default_config(n, "nvfp4", SMALL_CAPACITY, k, EXPERTS) == S4RHB4 != S6H
 
 
 def test_the_depth_rule_is_caught_when_it_ignores_the_b_tiles(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -180,7 +181,7 @@ def test_the_depth_rule_is_caught_when_it_ignores_the_b_tiles(monkeypatch) -> No
     monkeypatch.setattr(mk, "ctas_per_sm", lambda cfg, k, weights="mxfp4":
                         real(replace(cfg, b_tiles=3), k, weights))
     n, k = GPTOSS_FC1
-    assert mk.mx_default_config(n, "mxfp4", SMALL_CAPACITY, k) == S4RHB4 != S4RH
+    assert mk.mx_default_config(n, "mxfp4", SMALL_CAPACITY, k, EXPERTS) == S4RHB4 != S4RH
 
 
 def test_every_preferred_depth_is_a_compiled_variant() -> None:
@@ -196,11 +197,11 @@ def test_every_preferred_depth_is_a_compiled_variant() -> None:
 def test_without_k_or_past_the_narrow_bound_the_choice_is_unchanged(
         shape: tuple[int, int]) -> None:
     n, k = shape
-    assert mk.mx_default_config(n, "mxfp4", SMALL_CAPACITY) == S3  # no K: as before
-    wide = mk.mx_default_config(n, "mxfp4", mk.MX_NARROW_ROUTES["mxfp4"] + 1, k)
+    assert mk.mx_default_config(n, "mxfp4", SMALL_CAPACITY, None, EXPERTS) == S3  # no K
+    wide = mk.mx_default_config(n, "mxfp4", 64 * EXPERTS + 1, k, EXPERTS)
     assert wide == mk.mx_default_config(n, "mxfp4") and wide.tile_m == 128
-    assert mk.mx_default_config(n, "nvfp4", SMALL_CAPACITY) == S2  # no K: the first 64-row
-    assert mk.mx_default_config(n, "mxfp8", SMALL_CAPACITY) == S3
+    assert mk.mx_default_config(n, "nvfp4", SMALL_CAPACITY, None, EXPERTS) == S2  # first 64-row
+    assert mk.mx_default_config(n, "mxfp8", SMALL_CAPACITY, None, EXPERTS) == S3
 
 
 @pytest.mark.parametrize(("k", "ctas"), [

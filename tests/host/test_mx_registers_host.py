@@ -38,6 +38,7 @@ from tests.harness.compile_gate import (
 from tests.host.test_mx_pipeline_depth_host import (
     DEEPSEEK_FC1,
     DEEPSEEK_FC2,
+    EXPERTS,
     GPTOSS_FC1,
     GPTOSS_FC2,
     SMALL_CAPACITY,
@@ -51,8 +52,8 @@ CTA_THREADS = {  # by hand, per (tile_m, specialized)
     (128, False): 2 * 128,  # two warpgroups, each decoding and multiplying
 }
 CAPACITIES = {"narrow": SMALL_CAPACITY, "wide": None}
-"""The route capacities the layer passes: a small one (the 64-row narrow defaults) and none
-(the 128-row defaults a large or unknown capacity gets)."""
+"""The route capacities the layer passes (over DeepSeek's ``EXPERTS``): a small one (the
+64-row narrow defaults) and none (the 128-row defaults a large or unknown capacity gets)."""
 ALLOCATION_UNIT = 8
 """Registers per thread are allocated in multiples of 8 (a warp's in units of 256)."""
 SHAPES = {  # (mode, N, K, float32 output), as the layer compiles FC1 and FC2
@@ -82,7 +83,7 @@ from tests.harness.compile_gate import compile_one, cubin_registers
 dump = Path({str(dump_dir)!r})
 for weights, shape, cap, routes, mode, n, k, f32 in {[(w, s, c, CAPACITIES[c], *SHAPES[s])
                                                      for w, s, c in cases]!r}:
-    cfg = mk.mx_default_config(n, weights, routes, k)
+    cfg = mk.mx_default_config(n, weights, routes, k, {EXPERTS})
     g = mk.GateBuild(weights, mode, n, k, cfg, f32)
     r = compile_one(g.name, g.build, dump)
     regs = [cubin_registers((dump / c).read_bytes()) for c in r.cubins] if r.ok else []
@@ -113,7 +114,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_the_defaults_registers_leave_room_for_the_ctas_the_rule_counted(
         compiled: dict, weights: str, shape: str, cap: str) -> None:
     _, n, k, _ = SHAPES[shape]
-    cfg = mk.mx_default_config(n, weights, CAPACITIES[cap], k)
+    cfg = mk.mx_default_config(n, weights, CAPACITIES[cap], k, EXPERTS)
     variant, registers = compiled[f"{weights}-{shape}-{cap}"]
     assert variant == cfg.name and (cfg.tile_m == 64) == (cap == "narrow")
     assert cap == "wide" or cfg.specialized

@@ -52,7 +52,7 @@ def _case(kind: str, k: int, seed: int, device) -> dict:
 WIDE_IN_REGS = [(kind, cfg) for kind, cfgs in CONFIGS_BY_FORMAT.items() for cfg in cfgs
                 if cfg.scale_regs and cfg.tile_m != 64]
 """The 128-row register variants (two MMA warpgroups; NVFP4's ``n64s4wsr``, its default
-past ``MX_NARROW_ROUTES``)."""
+past ``MX_NARROW_ROWS_PER_EXPERT``)."""
 
 
 def assert_rows_are_the_twins(case: dict, kind: str, cfg: KernelConfig = IN_REGS) -> None:
@@ -106,8 +106,8 @@ def test_the_128_row_register_variant_gives_the_shared_memory_bits(cuda_device, 
 @pytest.mark.sanitizer
 def test_sanitizer_case_128_row_register_variant(cuda_device) -> None:
     """Designated small case of the compute-sanitizer suite: each 128-row register variant
-    (NVFP4's default past ``MX_NARROW_ROUTES``) on one partial and one whole 128-row tile at
-    a K of whole scale vectors (the decode threads' vector loads, the two MMA warpgroups'
+    (NVFP4's default past ``MX_NARROW_ROWS_PER_EXPERT``) on one partial and one whole
+    128-row tile at a K of whole scale vectors (the decode threads' vector loads, the two MMA warpgroups'
     reads of the decoded tiles), every live row checked."""
     for kind, cfg in WIDE_IN_REGS:
         assert not scale_run_in_smem(cfg, 512, kind)
