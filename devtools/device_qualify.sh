@@ -7,10 +7,11 @@
 # written under /tmp and $OUT gets: records/<suggested_record_name> (the records to commit
 # under docs/qualification/), summaries.md (every suite's summary, one after the other) and
 # logs.tgz with the rest: at most 6 files.
-# single: `single` alone on the GPU (it holds timing tests; docs/gpu.md), 8 xdist workers
+# single: `single` alone on the GPU (it holds timing tests; docs/gpu.md), 12 xdist workers
 # (MEGAMOE_SINGLE_WORKERS), at most 560 s (MEGAMOE_SINGLE_TIMEOUT): the suite took 380-468 s
 # in the six qualifications before session 28 under a 480 s limit, and in session 28 its
-# xdist phase alone 427 s, past it (docs/perf.md "Session 28").
+# xdist phase alone 427 s on 8 workers, past it (docs/perf.md "Session 28"); session 29 on
+# 12 workers: xdist phase 403 s, alone phase 60 s, 469 s in all.
 # sanitize: the compute-sanitizer tools (tests.suites.SANITIZER_TOOLS) in parallel.
 set -u
 what=${1:?usage: bash devtools/device_qualify.sh single|sanitize [tool]}
@@ -23,7 +24,7 @@ rm -rf "$Q"
 mkdir -p /tmp/cc "$Q" "$OUT/records"
 case "$what" in
   single)
-    python3 qualify.py --suite single --require-arch sm_90 --workers "${MEGAMOE_SINGLE_WORKERS:-8}" \
+    python3 qualify.py --suite single --require-arch sm_90 --workers "${MEGAMOE_SINGLE_WORKERS:-12}" \
       --timeout "${MEGAMOE_SINGLE_TIMEOUT:-560}" \
       --output-dir "$Q/single" > "$Q/single.log" 2>&1
     echo "single rc=$?" >> "$Q/rc.txt" ;;

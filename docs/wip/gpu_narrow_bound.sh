@@ -1,6 +1,7 @@
-# Session 28's lead (docs/perf.md "Session 28" item 2), prepared, not run: should the narrow
-# bound be 64 rows per expert (C * K <= 64 * E; DeepSeek up to T = 2048) instead of 8192
-# routes (DeepSeek T <= 1024)? Session 28 measured the uniform side (64 rows per expert: the
+# Session 28's lead (docs/perf.md "Session 28" item 2), run in session 29 ("Session 29"
+# item 1; perf/session29/narrow-bound-gemm.txt): should the narrow bound be 64 rows per
+# expert (C * K <= 64 * E; DeepSeek up to T = 2048) instead of 8192 routes (DeepSeek T <=
+# 1024)? Session 28 measured the uniform side (64 rows per expert: the
 # 64-row variants 30-46 % faster); this measures what the rule would cost one expert with
 # 1024-2048 rows, and 48 rows per expert (T = 1536). DeepSeek only (at gpt-oss's E = 128 the
 # two bounds agree). GEMM alone in the layer's grid; every live row compared bit for bit

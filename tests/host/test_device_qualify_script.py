@@ -150,10 +150,10 @@ def test_the_single_suite_gets_a_limit_that_fits_one_device_call(tmp_path,
     argv = _single_argv(out)
     timeout = float(argv[argv.index("--timeout") + 1])
     assert 480 < timeout <= DEVICE_CALL_LIMIT_S - PRELUDE_AND_COPY_S
-    assert argv[argv.index("--workers") + 1] == "8"
+    assert argv[argv.index("--workers") + 1] == "12"  # session 29: 469 s in all
     rc, out = _run(tmp_path, "single", out_name="knobs",
-                   env_extra={"MEGAMOE_SINGLE_TIMEOUT": "300", "MEGAMOE_SINGLE_WORKERS": "12"})
+                   env_extra={"MEGAMOE_SINGLE_TIMEOUT": "300", "MEGAMOE_SINGLE_WORKERS": "8"})
     assert rc == 0
     argv = _single_argv(out)
     assert argv[argv.index("--timeout") + 1] == "300"
-    assert argv[argv.index("--workers") + 1] == "12"
+    assert argv[argv.index("--workers") + 1] == "8"
