@@ -310,15 +310,11 @@ def test_gemm_config_refuses_an_expert_count_that_is_not_a_positive_int(experts)
 BOUNDS = [(1, 8, 8), (8, 2, 256), (128, 4, 2048), (256, 8, 2048)]
 
 
-@pytest.mark.parametrize("kind", ["mxfp4", "mxfp8", "nvfp4"])
-@pytest.mark.parametrize("n", [4096, 7168, 5760, 2880])
-@pytest.mark.parametrize(("experts", "top_k", "tokens"), BOUNDS)
-def test_an_mx_variant_is_64_rows_high_up_to_64_rows_per_expert(kind, n, experts, top_k,
-                                                                 tokens):
-    """MX_NARROW_ROWS_PER_EXPERT: 64-row tiles while the capacity ``C * K`` is at most 64 rows
-    per expert (DeepSeek E = 256, K = 8: up to T = 2048; gpt-oss E = 128, K = 4: up to T =
-    2048), 128-row tiles one route past it and when no capacity is given; both among the
-    format's compiled (GPU-tested) variants. No expert count reads as one expert."""
+def assert_the_narrow_bound(kind: str, n: int, experts: int, top_k: int, tokens: int) -> None:
+    """``MX_NARROW_ROWS_PER_EXPERT`` at one ``(E, K, T)`` of ``BOUNDS``: 64-row tiles up to
+    ``C * K = 64 * E``, 128-row tiles one route past it and when no capacity is given; a
+    capacity without an expert count is read as one expert's; both variants among the
+    format's compiled (GPU-tested) ones."""
     from megamoe.experts.mxfp4_gemm_kernel import (
         CONFIGS_BY_FORMAT,
         MX_NARROW_ROWS_PER_EXPERT,
@@ -338,23 +334,35 @@ def test_an_mx_variant_is_64_rows_high_up_to_64_rows_per_expert(kind, n, experts
     assert n % small.tile_n == 0 and n % large.tile_n == 0
 
 
-def test_the_bound_is_caught_when_it_ignores_the_expert_count(monkeypatch):
+@pytest.mark.parametrize("kind", ["mxfp4", "mxfp8", "nvfp4"])
+@pytest.mark.parametrize("n", [4096, 7168, 5760, 2880])
+@pytest.mark.parametrize(("experts", "top_k", "tokens"), BOUNDS)
+def test_an_mx_variant_is_64_rows_high_up_to_64_rows_per_expert(kind, n, experts, top_k,
+                                                                 tokens):
+    """DeepSeek (E = 256, K = 8) and gpt-oss (E = 128, K = 4) take 64-row tiles up to T =
+    2048, one expert up to 64 routes (``assert_the_narrow_bound``)."""
+    assert_the_narrow_bound(kind, n, experts, top_k, tokens)
+
+
+@pytest.mark.parametrize(("experts", "top_k", "tokens"), [(256, 8, 2048), (1, 8, 8)])
+def test_the_bound_is_caught_when_it_ignores_the_expert_count(monkeypatch, experts, top_k,
+                                                              tokens):
     """Planted bug: the session-28 rule (8192 routes whatever ``E``) hands DeepSeek T = 2048
-    (64 rows per expert) the 128-row tile and one expert with 8192 rows the 64-row one; the
-    rule test above refuses both."""
+    (64 rows per expert) the 128-row tile and one expert past 64 routes the 64-row one; the
+    rule check refuses both."""
     from megamoe.experts import mxfp4_gemm_kernel as mk
 
     monkeypatch.setattr(mk, "mx_narrow", lambda weights, routes, experts=None:
                         routes is not None and routes <= 8192)
-    assert mk.mx_default_config(4096, "mxfp4", 2048 * 8, 7168, 256).tile_m == TILE_M
-    assert mk.mx_default_config(4096, "mxfp4", 8192, 7168, 1).tile_m == 64
+    with pytest.raises(AssertionError):
+        assert_the_narrow_bound("mxfp4", 4096, experts, top_k, tokens)
 
 
 WIDE_DEFAULTS = {"mxfp4": "n64s4ws", "mxfp8": "n64s3", "nvfp4": "n64s4wsr"}
-"""Each format's 128-row variant past ``MX_NARROW_ROWS_PER_EXPERT``, as measured (docs/perf.md "One A
-load per stage"; "Session 28": NVFP4's register variant ``n64s4wsr`` 4-15 % faster than
-``n64s3`` at 64 and 128 rows per expert and at one expert, both shapes; MXFP4's and MXFP8's
-128-row register variants no faster than these)."""
+"""Each format's 128-row variant past ``MX_NARROW_ROWS_PER_EXPERT``, as measured
+(docs/perf.md "One A load per stage"; "Session 28": NVFP4's register variant ``n64s4wsr``
+4-15 % faster than ``n64s3`` at 64 and 128 rows per expert and at one expert, both shapes;
+MXFP4's and MXFP8's 128-row register variants no faster than these)."""
 
 
 @pytest.mark.parametrize("kind", sorted(WIDE_DEFAULTS))

@@ -326,14 +326,28 @@ def test_the_mx_gemm_variants_get_each_gemms_own_k(recipe: str, weights: str) ->
     assert fc2 == mx_default_config(h, weights, routes, inter, e)
 
 
-@pytest.mark.parametrize("recipe", ["fp8_mxfp4", "mxfp8", "nvfp4"])
-def test_the_layer_passes_its_expert_count_to_the_variant_choice(recipe: str) -> None:
-    """The narrow bound is 64 rows per expert (``MX_NARROW_ROWS_PER_EXPERT``): C = 256
-    tokens at K = 2 are 512 routes, 64 rows for each of E = 8 experts (64-row tiles) and
-    128 for each of E = 4 (128-row tiles). A layer that passed no expert count (one expert)
-    or a wrong one would get the same height for both."""
+def tile_heights_at_512_routes(recipe: str) -> dict[int, tuple[int, int]]:
+    """FC1's and FC2's tile heights of layers with C = 256 tokens at K = 2 (512 routes)
+    over E = 8 and E = 4 experts."""
     heights = {}
     for e in (8, 4):
         layer, _, _ = _layer(LayerConfig(e, 2, H, INTER, 256, recipe=recipe))
         heights[e] = tuple(cfg.tile_m for cfg in layer.gemm_configs)
-    assert heights == {8: (64, 64), 4: (128, 128)}
+    return heights
+
+
+@pytest.mark.parametrize("recipe", ["fp8_mxfp4", "mxfp8", "nvfp4"])
+def test_the_layer_passes_its_expert_count_to_the_variant_choice(recipe: str) -> None:
+    """The narrow bound is 64 rows per expert (``MX_NARROW_ROWS_PER_EXPERT``): 512 routes
+    are 64 rows for each of E = 8 experts (64-row tiles) and 128 for each of E = 4 (128-row
+    tiles)."""
+    assert tile_heights_at_512_routes(recipe) == {8: (64, 64), 4: (128, 128)}
+
+
+def test_a_layer_that_drops_its_expert_count_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Planted bug: the variant choice without the layer's ``E`` (read as one expert) gives
+    both layers 128-row tiles, which the test above refuses."""
+    real = gemm_api.gemm_config
+    monkeypatch.setattr(gemm_api, "gemm_config", lambda weights, n, routes=None, k=None,
+                        experts=None: real(weights, n, routes, k))
+    assert tile_heights_at_512_routes("nvfp4") == {8: (128, 128), 4: (128, 128)}
