@@ -20,6 +20,7 @@ from cutlass import BFloat16, Float32, Int32, Int64
 from cutlass.cute.runtime import make_ptr
 
 from megamoe.kernel_registry import register_kernel
+from megamoe.pdl import PDL, await_inputs
 
 THREADS = 256
 VEC_WIDE = 8
@@ -36,6 +37,7 @@ def _make(vec: int, id_type):
         out_ptr: cute.Pointer, so0: Int32,
         T: Int32, K: Int32, H: Int32,
     ):
+        await_inputs()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         nchunks = H // vec
@@ -71,7 +73,7 @@ def _make(vec: int, id_type):
     ):
         _combine_kernel(
             terms_ptr, st0, st1, ids_ptr, si0, si1, out_ptr, so0, T, K, H
-        ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+        ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream, use_pdl=PDL)
 
     # A distinct host symbol per variant (the DSL names the compiled function after it).
     combine_launch.__name__ = f"masked_combine_v{vec}_{id_type.__name__.lower()}"

@@ -43,6 +43,7 @@ from cutlass.cute.runtime import make_ptr
 
 from megamoe.dispatch.warp_ops import lanemask_lt, match_any
 from megamoe.kernel_registry import register_kernel
+from megamoe.pdl import PDL, await_inputs
 
 THREADS = 256
 WARPS = THREADS // 32
@@ -180,6 +181,7 @@ def _count_kernel(
     P: Int32, C: Int32, K: Int32, E: Int32, tpr: Int32,
     tile_counts_ptr: cute.Pointer, tile_ext_ptr: cute.Pointer,
 ):
+    await_inputs()
     tidx, _, _ = cute.arch.thread_idx()
     tile, p, _ = cute.arch.block_idx()
     warp, lane, smem, wcnt = _warp_counts(tidx)
@@ -213,6 +215,7 @@ def _scan_kernel(
     counts_ptr: cute.Pointer, expert_counts_ptr: cute.Pointer,
     P: Int32, E: Int32, tpr: Int32,
 ):
+    await_inputs()
     tidx, _, _ = cute.arch.thread_idx()
     e, _, _ = cute.arch.block_idx()
     smem = cutlass_utils.SmemAllocator()
@@ -249,6 +252,7 @@ def _finalize_kernel(
     extent_ptr: cute.Pointer, tile_ext_ptr: cute.Pointer, num_routes_ptr: cute.Pointer,
     P: Int32, E: Int32, tpr: Int32,
 ):
+    await_inputs()
     tidx, _, _ = cute.arch.thread_idx()
     smem = cutlass_utils.SmemAllocator()
     buf = smem.allocate_tensor(Int32, cute.make_layout(SCAN_THREADS), _SMEM_ALIGN)
@@ -288,6 +292,7 @@ def _scatter_kernel(
     tile_base_ptr: cute.Pointer, tile_ext_ptr: cute.Pointer, offsets_ptr: cute.Pointer,
     order_ptr: cute.Pointer, order_expert_ptr: cute.Pointer,
 ):
+    await_inputs()
     tidx, _, _ = cute.arch.thread_idx()
     tile, p, _ = cute.arch.block_idx()
     warp, lane, _smem, wcnt = _warp_counts(tidx)
@@ -333,20 +338,20 @@ def dispatch_layout_launch(
     wcnt_smem = _WCNT_BYTES + 2 * _SMEM_ALIGN + WARPS * 4
     _count_kernel(
         ids_ptr, sp, sc, sk, P, C, K, E, tpr, tile_counts_ptr, tile_ext_ptr
-    ).launch(grid=[tpr, P, 1], block=[THREADS, 1, 1], smem=wcnt_smem, stream=stream)
+    ).launch(grid=[tpr, P, 1], block=[THREADS, 1, 1], smem=wcnt_smem, stream=stream, use_pdl=PDL)
     _scan_kernel(
         tile_counts_ptr, tile_base_ptr, counts_ptr, expert_counts_ptr, P, E, tpr
     ).launch(grid=[E, 1, 1], block=[SCAN_THREADS, 1, 1], smem=_SCAN_BYTES + _SMEM_ALIGN,
-             stream=stream)
+             stream=stream, use_pdl=PDL)
     _finalize_kernel(
         expert_counts_ptr, offsets_ptr, rank_counts_ptr, extent_ptr, tile_ext_ptr,
         num_routes_ptr, P, E, tpr,
     ).launch(grid=[1, 1, 1], block=[SCAN_THREADS, 1, 1], smem=_SCAN_BYTES + _SMEM_ALIGN,
-             stream=stream)
+             stream=stream, use_pdl=PDL)
     _scatter_kernel(
         ids_ptr, sp, sc, sk, P, C, K, E, tpr, tile_base_ptr, tile_ext_ptr, offsets_ptr,
         order_ptr, order_expert_ptr,
-    ).launch(grid=[tpr, P, 1], block=[THREADS, 1, 1], smem=wcnt_smem, stream=stream)
+    ).launch(grid=[tpr, P, 1], block=[THREADS, 1, 1], smem=wcnt_smem, stream=stream, use_pdl=PDL)
 
 
 @cute.kernel
@@ -359,6 +364,7 @@ def _one_launch_kernel(
     """The whole layout of one rank with ``C*K <= TILE`` in one CTA (module docstring):
     count (warp ``w`` takes flat slots ``[w*SEG, (w+1)*SEG)``), per-expert totals and warp
     bases, the exclusive scan of the totals (offsets), then the scatter."""
+    await_inputs()
     tidx, _, _ = cute.arch.thread_idx()
     warp, lane, smem, wcnt = _warp_counts(tidx)
     offs = smem.allocate_tensor(Int32, cute.make_layout(E_CAP), _SMEM_ALIGN)
@@ -435,7 +441,7 @@ def dispatch_layout_one_launch(
     _one_launch_kernel(
         ids_ptr, sp, sc, sk, C, K, E, counts_ptr, expert_counts_ptr, offsets_ptr,
         rank_counts_ptr, extent_ptr, num_routes_ptr, order_ptr, order_expert_ptr,
-    ).launch(grid=[1, 1, 1], block=[THREADS, 1, 1], smem=smem, stream=stream)
+    ).launch(grid=[1, 1, 1], block=[THREADS, 1, 1], smem=smem, stream=stream, use_pdl=PDL)
 
 
 _FAKE_ADDR = 1 << 20

@@ -57,6 +57,7 @@ from cutlass.cute.runtime import make_ptr
 from cutlass.utils import LayoutEnum
 
 from megamoe.kernel_registry import register_kernel
+from megamoe.pdl import PDL, await_inputs
 
 TILE_M = 128
 """Rows per tile; expert segments are padded to a multiple of it."""
@@ -504,6 +505,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32, num_experts: Int32,
         use_scale: Int32, use_pre: Int32, clamp: Float32,
     ):
+        await_inputs(launch_dependents=False)
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -598,6 +600,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
         """Warp-specialized persistent variant: warpgroup 0 (warp 0) loads, warpgroups 1-2
         compute and store; every CTA walks tiles ``bid, bid + grid, ...`` of the raster, and
         producer and consumers skip the same dead tiles (same ``locate``)."""
+        await_inputs(launch_dependents=False)
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
@@ -717,13 +720,13 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool = False):
                 out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts, use_scale,
                 use_pre, clamp,
             ).launch(grid=[cutlass.max(cutlass.min(tiles, max_ctas), Int32(1)), 1, 1],
-                     block=[THREADS + 128, 1, 1], stream=stream)
+                     block=[THREADS + 128, 1, 1], stream=stream, use_pdl=PDL)
         else:
             kernel(
                 tma_a, t_a, tma_t, t_t, tma_b, t_b, tiled_mma, a_layout, b_layout,
                 out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts, use_scale,
                 use_pre, clamp,
-            ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream)
+            ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream, use_pdl=PDL)
 
     return launch
 

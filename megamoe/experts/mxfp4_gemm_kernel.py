@@ -91,6 +91,7 @@ from megamoe.experts.packed_decode import (
 )
 from megamoe.experts.split_k import ARRIVAL_BARRIER_ID, arrive, effective_splits, rows_before
 from megamoe.kernel_registry import register_kernel
+from megamoe.pdl import PDL, await_inputs
 from megamoe.staging.dsl_bits import e4m3_to_float, e8m0_to_float, f2i
 
 ROW_BYTES = {"mxfp4": TILE_K // 2, "mxfp8": TILE_K, "nvfp4": TILE_K // 2}
@@ -788,6 +789,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         cnt_ptr: cute.Pointer, scale_ptr: cute.Pointer, pre_ptr: cute.Pointer, m_cap: Int32,
         num_experts: Int32, use_scale: Int32, use_pre: Int32, clamp: Float32,
     ):
+        await_inputs(launch_dependents=False)
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -926,6 +928,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         to the async proxy and commits; the MMA warps release it after their wgmmas on it
         are done). Split-K (``splits > 1``): CTA ``bid`` works on slice ``bid % splits`` of
         tile ``bid // splits`` and ends with ``split_fixup``."""
+        await_inputs(launch_dependents=False)
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -1099,13 +1102,14 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
                 tma_a, t_a, tma_t, t_t, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
                 wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
                 use_scale, use_pre, clamp, part_ptr, arrive_ptr, part_rows,
-            ).launch(grid=[tiles * splits, 1, 1], block=[block_threads, 1, 1], stream=stream)
+            ).launch(grid=[tiles * splits, 1, 1], block=[block_threads, 1, 1],
+                     stream=stream, use_pdl=PDL)
         else:
             kernel(
                 tma_a, t_a, tma_t, t_t, tma_q, t_q, tiled_mma, a_layout, b_layout, q_layout,
                 wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap, num_experts,
                 use_scale, use_pre, clamp,
-            ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream)
+            ).launch(grid=[tiles, 1, 1], block=[THREADS, 1, 1], stream=stream, use_pdl=PDL)
 
     return launch
 

@@ -32,6 +32,7 @@ from cutlass import BFloat16, Float32, Int16, Int32, Int64
 from cutlass.cute.runtime import make_ptr
 
 from megamoe.kernel_registry import register_kernel
+from megamoe.pdl import PDL, await_inputs
 from megamoe.staging.dsl_bits import (
     e2m1_to_float,
     e4m3_to_float,
@@ -112,6 +113,7 @@ def _a2_kernel(
     rows_ptr: cute.Pointer, n_ptr: cute.Pointer,
     m_cap: Int32, cols: Int32, max_rows: Int32,
 ):
+    await_inputs()
     smem = cutlass_utils.SmemAllocator()
     red = smem.allocate_tensor(Int32, cute.make_layout(WARPS), 16)
     nvec = cols // VEC
@@ -130,7 +132,7 @@ def a2_launch(
     m_cap: Int32, cols: Int32, max_rows: Int32, blocks: Int32, stream: cuda.CUstream,
 ):
     _a2_kernel(act_ptr, out_ptr, d_ptr, rows_ptr, n_ptr, m_cap, cols, max_rows).launch(
-        grid=[blocks, 1, 1], block=[THREADS, 1, 1], smem=4 * WARPS + 16, stream=stream
+        grid=[blocks, 1, 1], block=[THREADS, 1, 1], smem=4 * WARPS + 16, stream=stream, use_pdl=PDL
     )
 
 
@@ -194,6 +196,7 @@ def _make_block_launch(block: int, encode, prepare=None):
         rows_ptr: cute.Pointer, n_ptr: cute.Pointer,
         m_cap: Int32, cols: Int32, max_rows: Int32, g_bits: Int32,
     ):
+        await_inputs()
         nblk = cols // block
         row_s = cute.assume(cols, divby=block)
         m_act = cute.make_tensor(act_ptr, cute.make_layout(
@@ -214,7 +217,7 @@ def _make_block_launch(block: int, encode, prepare=None):
         stream: cuda.CUstream,
     ):
         kernel(act_ptr, out_ptr, rows_ptr, n_ptr, m_cap, cols, max_rows, g_bits).launch(
-            grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream
+            grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream, use_pdl=PDL
         )
 
     return launch

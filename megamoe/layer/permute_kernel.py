@@ -25,6 +25,7 @@ from cutlass import BFloat16, Int16, Int32, Int64, Uint8
 from cutlass.cute.runtime import make_ptr
 
 from megamoe.kernel_registry import register_kernel
+from megamoe.pdl import PDL, await_inputs
 from megamoe.staging.dsl_bits import (
     e2m1_to_float,
     e4m3_to_float,
@@ -83,6 +84,7 @@ def _make_gather(src_unit: tuple, dst_unit: tuple, step, scale_view=None):
         src_idx_ptr: cute.Pointer, dst_idx_ptr: cute.Pointer,
         n_ptr: cute.Pointer, max_rows: Int32,
     ):
+        await_inputs()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
@@ -114,7 +116,7 @@ def _make_gather(src_unit: tuple, dst_unit: tuple, step, scale_view=None):
         kernel(
             src_ptr, src_rows, src_stride, *_scale_args(scale_view, sc_ptr, sc_stride),
             dst_ptr, dst_rows, dst_stride, units, src_idx_ptr, dst_idx_ptr, n_ptr, max_rows,
-        ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+        ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], stream=stream, use_pdl=PDL)
 
     return launch
 

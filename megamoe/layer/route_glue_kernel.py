@@ -25,6 +25,7 @@ from cutlass.cute.runtime import make_ptr
 from megamoe.dispatch.layout_kernel import E_CAP, SCAN_THREADS, block_exclusive_scan
 from megamoe.experts.grouped_gemm_kernel import TILE_M
 from megamoe.kernel_registry import register_kernel
+from megamoe.pdl import PDL, await_inputs
 
 THREADS = SCAN_THREADS
 MAX_BLOCKS = 264
@@ -45,6 +46,7 @@ def _glue_kernel(
     pre1_ptr: cute.Pointer, pre2_ptr: cute.Pointer,
     E: Int32, R: Int32, C: Int32, K: Int32, m_cap: Int32, use_g: Int32,
 ):
+    await_inputs()
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     gdim, _, _ = cute.arch.grid_dim()
@@ -126,7 +128,8 @@ def glue_launch(
         ecnt_ptr, eoff_ptr, order_ptr, oexp_ptr, n_ptr, scores_ptr, g_ptr, gw13_ptr, gw2_ptr,
         counts_ptr, seg_ptr, src_ptr, pos_ptr, term_ptr, rs_ptr, pre1_ptr, pre2_ptr,
         E, R, C, K, m_cap, use_g,
-    ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], smem=_SMEM_BYTES, stream=stream)
+    ).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1], smem=_SMEM_BYTES,
+             stream=stream, use_pdl=PDL)
 
 
 def _ptr(dtype, align: int):

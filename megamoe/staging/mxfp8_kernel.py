@@ -29,6 +29,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Float64, Int16, Int32, Int64, Uint8
 
 from megamoe.kernel_registry import register_kernel
+from megamoe.pdl import PDL, await_inputs
 from megamoe.staging.dsl_bits import (
     i2f,
     make_mx_exponent,
@@ -67,6 +68,7 @@ def _make(K: int, elem: str, mode: str):
         vec: Int32, x16_ptr: cute.Pointer, p16_ptr: cute.Pointer,
         route_blocks: Int32,
     ):
+        await_inputs()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
@@ -150,7 +152,8 @@ def _make(K: int, elem: str, mode: str):
             out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
             capacity, num_experts, check, reset,
             x_ptr, x_s0, hidden, p_ptr, s_ptr, ncols, vec, x16_ptr, p16_ptr, route_blocks,
-        ).launch(grid=[route_blocks + quant_blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+        ).launch(grid=[route_blocks + quant_blocks, 1, 1], block=[THREADS, 1, 1],
+                 stream=stream, use_pdl=PDL)
 
     return mxfp8_stage_launch
 

@@ -25,6 +25,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Float64, Int16, Int32, Int64, Uint8
 
 from megamoe.kernel_registry import register_kernel
+from megamoe.pdl import PDL, await_inputs
 from megamoe.staging import constants as c
 from megamoe.staging.dsl_bits import f2i, i2f, make_sat_fp8, sel
 from megamoe.staging.route_kernel import (
@@ -98,6 +99,7 @@ def _make(K: int):
         vec: Int32, x16_ptr: cute.Pointer, p16_ptr: cute.Pointer,
         route_blocks: Int32,
     ):
+        await_inputs()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
@@ -185,7 +187,8 @@ def _make(K: int):
             out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
             capacity, num_experts, check, reset,
             x_ptr, x_s0, hidden, p_ptr, s_ptr, g_bits, vec, x16_ptr, p16_ptr, route_blocks,
-        ).launch(grid=[route_blocks + quant_blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+        ).launch(grid=[route_blocks + quant_blocks, 1, 1], block=[THREADS, 1, 1],
+                 stream=stream, use_pdl=PDL)
 
     return nvfp4_stage_launch
 

@@ -42,6 +42,7 @@ from cutlass import Float32, Float64, Int32, Int64, Uint8
 from cutlass.cute.runtime import make_ptr
 
 from megamoe.kernel_registry import register_kernel
+from megamoe.pdl import PDL, await_inputs
 
 THREADS = 128
 COPY_WORDS_PER_THREAD = 4
@@ -167,6 +168,7 @@ def _make(K: int):
         vec: Int32, src16_ptr: cute.Pointer, dst16_ptr: cute.Pointer,
         route_blocks: Int32,
     ):
+        await_inputs()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
@@ -269,7 +271,8 @@ def _make(K: int):
             src_ptr, src_row_words, dst_ptr, words_per_row,
             ssrc_ptr, ss0, ss1, sdst_ptr, scols_src, scols_dst,
             vec, src16_ptr, dst16_ptr, route_blocks,
-        ).launch(grid=[route_blocks + copy_blocks, 1, 1], block=[THREADS, 1, 1], stream=stream)
+        ).launch(grid=[route_blocks + copy_blocks, 1, 1], block=[THREADS, 1, 1],
+                 stream=stream, use_pdl=PDL)
 
     return route_stage_launch
 

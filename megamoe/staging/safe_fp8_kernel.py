@@ -39,6 +39,7 @@ import cutlass.utils as cutlass_utils
 from cutlass import Float32, Float64, Int16, Int32, Int64, Uint8
 
 from megamoe.kernel_registry import register_kernel
+from megamoe.pdl import PDL, await_inputs
 from megamoe.staging import constants as c
 from megamoe.staging.dsl_bits import i2f, make_sat_fp8, sel
 from megamoe.staging.route_kernel import (
@@ -132,6 +133,7 @@ def _make(K: int):
         vec: Int32, x16_ptr: cute.Pointer, p16_ptr: cute.Pointer,
         splits: Int32, row_blocks: Int32,
     ):
+        await_inputs()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         nrows = cutlass.max(rows, Int32(1))
@@ -252,7 +254,7 @@ def _make(K: int):
             capacity, num_experts, check, reset, x_ptr, x_s0, hidden, p_ptr, d_ptr,
             vec, x16_ptr, p16_ptr, splits, row_blocks,
         ).launch(grid=[blocks, 1, 1], block=[SAFE_THREADS, 1, 1], smem=SMEM_BYTES,
-                 stream=stream)
+                 stream=stream, use_pdl=PDL)
 
     return safe_fp8_stage_launch
 

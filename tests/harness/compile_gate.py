@@ -2,19 +2,20 @@
 
 How it compiles without a GPU (nvidia-cutlass-dsl 4.3.5 and later): the gate
 process sets ``CUTE_DSL_ARCH=sm_90a`` (so every builder targets Hopper),
-``CUTE_DSL_KEEP_CUBIN=1`` and ``CUTE_DSL_DUMP_DIR`` (so the lowering pipeline
-writes each cubin to disk), and installs the DSL's post-compile hook
-(``cutlass.base_dsl.compiler.PostCompileHookContext`` on the DSL's compiler
-provider). The hook runs right after the whole MLIR pipeline (through cubin
+``CUTE_DSL_KEEP_CUBIN=1``, ``CUTE_DSL_KEEP_PTX=1`` and ``CUTE_DSL_DUMP_DIR`` (so the
+lowering pipeline writes each cubin and its PTX to disk), and installs the DSL's
+post-compile hook (``cutlass.base_dsl.compiler.PostCompileHookContext`` on the DSL's
+compiler provider). The hook runs right after the whole MLIR pipeline (through cubin
 generation) and before the JIT engine would be created and the module
 loaded (which needs ``cuInit``); it raises ``LoweredOffline`` so nothing is
 loaded, on a CPU machine or a GPU one alike. Builders need no special code.
 
 A kernel passes when its builder reached the hook (or returned) and the run
 left at least one new cubin in the dump directory, every one an ELF for
-``EM_CUDA`` whose SM is 90. Kernels come from ``megamoe.kernel_registry.load_all()``
-plus the sanitizer self-test kernels (so the gate proves something before
-any production kernel exists).
+``EM_CUDA`` whose SM is 90. Its PTX is checked for the PDL rule (``pdl_ptx``; the
+result's ``pdl``, which the gate test requires empty for megamoe's kernels). Kernels come
+from ``megamoe.kernel_registry.load_all()`` plus the sanitizer self-test kernels (so the
+gate proves something before any production kernel exists).
 
 Run as ``python -m tests.harness.compile_gate DUMP_DIR``: one JSON line per
 kernel on stdout. ``run_gate`` does that in a fresh interpreter.
@@ -30,8 +31,10 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from tests.harness.pdl_ptx import pdl_violations
 
 GATE_ARCH = "sm_90a"
 GATE_SM = 90
@@ -49,6 +52,10 @@ class GateResult:
     ok: bool
     reason: str
     cubins: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+    pdl: tuple[str, ...] = ()
+    """Violations of the PDL rule in ``ptx`` (``tests.harness.pdl_ptx``); the gate test
+    requires none for megamoe's kernels (the sanitizer self-test kernels do not keep it)."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -60,6 +67,7 @@ def gate_environment(dump_dir: Path) -> dict[str, str]:
         **os.environ,
         "CUTE_DSL_ARCH": GATE_ARCH,
         "CUTE_DSL_KEEP_CUBIN": "1",
+        "CUTE_DSL_KEEP_PTX": "1",
         "CUTE_DSL_DUMP_DIR": str(dump_dir),
     }
 
@@ -176,7 +184,7 @@ def compile_one(name: str, build: Callable[[], object], dump_dir: Path,
     ``dump_dir`` belongs to the gate: cubins of earlier kernels are removed
     first (two kernels may share a launcher name, hence a cubin file name).
     """
-    for old in dump_dir.glob("*.cubin"):
+    for old in [*dump_dir.glob("*.cubin"), *dump_dir.glob("*.ptx")]:
         old.unlink()
     try:
         with hook() as lowered:  # type: ignore[attr-defined]
@@ -190,7 +198,10 @@ def compile_one(name: str, build: Callable[[], object], dump_dir: Path,
                 reached = bool(lowered)
     except Exception as exc:  # the hook itself could not be installed
         return GateResult(name, False, f"gate could not hook the DSL: {exc!r}")
-    return judge_cubins(name, sorted(dump_dir.glob("*.cubin")), reached)
+    result = judge_cubins(name, sorted(dump_dir.glob("*.cubin")), reached)
+    ptx = sorted(dump_dir.glob("*.ptx"))
+    pdl = [v for p in ptx for v in pdl_violations(p.read_text(errors="replace"))]
+    return replace(result, ptx=tuple(p.name for p in ptx), pdl=tuple(pdl))
 
 
 def gate_builders() -> dict[str, Callable[[], object]]:
@@ -215,7 +226,8 @@ def run_gate(python: str, root: Path, dump_dir: Path, timeout_s: float = 900) ->
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
             d = json.loads(line)
-            results.append(GateResult(d["name"], d["ok"], d["reason"], tuple(d["cubins"])))
+            results.append(GateResult(d["name"], d["ok"], d["reason"], tuple(d["cubins"]),
+                                      tuple(d["ptx"]), tuple(d["pdl"])))
     if proc.returncode not in (0, 1) or not results:
         results.append(GateResult("<gate process>", False,
                                   f"exit {proc.returncode}: {proc.stderr[-3000:]}"))
@@ -227,7 +239,7 @@ def main(argv: list[str]) -> int:
     dump_dir.mkdir(parents=True, exist_ok=True)
     env = gate_environment(dump_dir)
     if any(os.environ.get(k) != env[k] for k in ("CUTE_DSL_ARCH", "CUTE_DSL_KEEP_CUBIN",
-                                                 "CUTE_DSL_DUMP_DIR")):
+                                                 "CUTE_DSL_KEEP_PTX", "CUTE_DSL_DUMP_DIR")):
         # started by hand without the gate's environment: the DSL reads it once, at
         # import, so start again with it (``run_gate`` sets it up front)
         sys.stdout.flush()

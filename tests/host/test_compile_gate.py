@@ -46,6 +46,23 @@ def test_gate_covers_the_whole_registry_and_all_selftest_kernels(gate_results) -
     assert len(selftest_builders()) == 8  # four tools x (planted, clean)
 
 
+def test_every_megamoe_kernel_keeps_the_pdl_rule_in_its_ptx(gate_results) -> None:
+    """megamoe.pdl: each registered kernel's PTX waits on its predecessor before any global
+    access, in the entry block, and lets its dependents launch only after that."""
+    ours = [r for r in gate_results if r.name in load_all()]
+    assert ours and all(r.ptx for r in ours), "the gate kept no PTX to check"
+    broken = [f"{r.name}: {v}" for r in ours for v in r.pdl]
+    assert not broken, "kernels that break the PDL rule:\n" + "\n".join(broken)
+
+
+def test_the_pdl_check_flags_real_kernels_that_do_not_wait(gate_results) -> None:
+    """The planted case on real PTX: the sanitizer self-test kernels are plain CuTe DSL
+    kernels without ``await_inputs()``; the same check must flag every one of them."""
+    selftests = [r for r in gate_results if r.name in selftest_builders()]
+    assert len(selftests) == 8
+    assert all(r.ptx and any("no griddepcontrol.wait" in v for v in r.pdl) for r in selftests)
+
+
 def _fake_cubin(sm: int, machine: int = EM_CUDA) -> bytes:
     header = bytearray(64)
     header[:4] = b"\x7fELF"
