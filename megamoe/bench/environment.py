@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 _PACKAGES = ("torch", "nvidia-cutlass-dsl", "numpy", "matplotlib", "triton", "nvshmem4py-cu13")
 _ENV_VARS = ("CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LOCAL_RANK", "CUDA_LAUNCH_BLOCKING",
              "MEGAMOE_PDL", "MEGAMOE_CHECK_ROUTES")
-"""Recorded with every benchmark when set (``MEGAMOE_PDL``: megamoe.pdl, on unless 0, false, off or no;
-``MEGAMOE_CHECK_ROUTES``: megamoe.route_check_setting)."""
+"""Recorded with every benchmark when set (``MEGAMOE_PDL``: megamoe.pdl, on unless 0, false,
+off or no; ``MEGAMOE_CHECK_ROUTES``: megamoe.route_check_setting)."""
 
 
 def _git(*args: str) -> str | None:
