@@ -38,13 +38,13 @@ def _instructions(body: str) -> list[str]:
     """The body's instructions (comments, labels and directives dropped), one per entry."""
     out = []
     for raw in body.split(";"):
-        lines = [ln.split("//", 1)[0].strip() for ln in raw.splitlines()]
+        # braces open and close scopes (an inline asm block's own registers), on a line of
+        # their own or in front of an instruction: drop them, never the instruction
+        lines = [ln.split("//", 1)[0].strip(" \t{}") for ln in raw.splitlines()]
         text = " ".join(ln for ln in lines if ln and not ln.endswith(":")
-                        and not ln.startswith((".reg", ".shared", ".local", ".loc", ".pragma",
-                                               "{", "}")))
-        text = text.strip().lstrip("{").strip()
+                        and not ln.startswith("."))  # a directive (.reg, .loc, .pragma, ...)
         # a label may share the line with the instruction after it
-        text = re.sub(r"^\$?[A-Za-z_][\w$]*:\s*", "", text)
+        text = re.sub(r"^\$?[A-Za-z_][\w$]*:\s*", "", text.strip(" \t{}"))
         if text:
             out.append(text)
     return out

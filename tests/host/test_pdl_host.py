@@ -113,6 +113,9 @@ def test_ptx_that_waits_first_passes() -> None:
 @pytest.mark.parametrize("body, expected", [
     ((PARAM, "ld.global.u32 %r2, [%rd1];", WAIT, LAUNCH), "before griddepcontrol.wait"),
     ((PARAM, "ld.u32 %r2, [%rd1];", WAIT, LAUNCH), "before griddepcontrol.wait"),
+    ((PARAM, "{ld.global.u32 %r2, [%rd1];", "}", WAIT, LAUNCH), "before griddepcontrol.wait"),
+    ((PARAM, "{", ".reg .b32 %t;", "st.global.u32 [%rd1], %t;", "}", WAIT, LAUNCH),
+     "before griddepcontrol.wait"),
     ((PARAM, "atom.global.add.u32 %r2, [%rd1], 1;", WAIT, LAUNCH), "before griddepcontrol.wait"),
     ((PARAM, "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
       "[%r1], [%rd1, {%r2, %r3}], [%r4];", WAIT, LAUNCH), "before griddepcontrol.wait"),
