@@ -35,30 +35,21 @@ The setting is read once, at import (the compiled kernels carry the attribute).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 import cutlass.cute as cute
 from cutlass.cutlass_dsl import dsl_user_op
 
-from megamoe.errors import ConfigError
+from megamoe.env_flag import read_on_off
 
 ENV_VAR = "MEGAMOE_PDL"
-_ON = ("1", "true", "on", "yes")
-_OFF = ("0", "false", "off", "no")
 
 
 def read_pdl(environ: Mapping[str, str] | None = None) -> bool:
-    """Parse ``MEGAMOE_PDL``: unset or empty -> True; ``0/false/off/no`` -> False;
-    ``1/true/on/yes`` -> True; anything else raises ``ConfigError``."""
-    env = os.environ if environ is None else environ
-    raw = env.get(ENV_VAR, "")
-    value = raw.strip().lower()
-    if value == "" or value in _ON:
-        return True
-    if value in _OFF:
-        return False
-    raise ConfigError(ENV_VAR, f"one of {_OFF + _ON} or unset", repr(raw))
+    """Parse ``MEGAMOE_PDL`` (``megamoe.env_flag.read_on_off``): unset or empty -> True;
+    ``0/false/off/no`` -> False; ``1/true/on/yes`` -> True; anything else raises
+    ``ConfigError``."""
+    return read_on_off(ENV_VAR, environ)
 
 
 PDL: bool = read_pdl()

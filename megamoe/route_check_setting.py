@@ -9,27 +9,19 @@ the variable afterwards has no effect until the next warmup or capture.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
+from megamoe.env_flag import read_on_off
 from megamoe.errors import ConfigError
 
 ENV_VAR = "MEGAMOE_CHECK_ROUTES"
-_ON = ("1", "true", "on", "yes")
-_OFF = ("0", "false", "off", "no")
 
 
 def read_check_routes(environ: Mapping[str, str] | None = None) -> bool:
-    """Parse the setting: unset or empty -> True; ``0/false/off/no`` -> False;
-    ``1/true/on/yes`` -> True; anything else raises ``ConfigError``."""
-    env = os.environ if environ is None else environ
-    raw = env.get(ENV_VAR, "")
-    value = raw.strip().lower()
-    if value == "" or value in _ON:
-        return True
-    if value in _OFF:
-        return False
-    raise ConfigError(ENV_VAR, f"one of {_OFF + _ON} or unset", repr(raw))
+    """Parse the setting (``megamoe.env_flag.read_on_off``): unset or empty -> True;
+    ``0/false/off/no`` -> False; ``1/true/on/yes`` -> True; anything else raises
+    ``ConfigError``."""
+    return read_on_off(ENV_VAR, environ)
 
 
 def record_check_routes(workspace, environ: Mapping[str, str] | None = None) -> bool:

@@ -47,6 +47,7 @@ from megamoe.experts.grouped_gemm_kernel import (
     KernelConfig,
     default_config,
 )
+from megamoe.experts.mx_gemv_kernel import GEMV_WEIGHTS
 from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.experts.mxfp8 import Mxfp8Matrix
 from megamoe.experts.nvfp4 import Nvfp4Matrix
@@ -314,15 +315,19 @@ def weight_kind(b) -> str:  # type: ignore[no-untyped-def]
 
 
 def gemm_config(weights: str, n: int, routes: int | None = None,
-                k: int | None = None, experts: int | None = None) -> KernelConfig:
+                k: int | None = None, experts: int | None = None,
+                tokens: int | None = None) -> KernelConfig:
     """The variant a caller should compile and run for weight kind ``weights``, ``N`` and
-    the GEMM's ``K``: ``mx_default_config(N, weights, routes, K, experts)`` for the
-    block-scaled kinds (64-row tiles for a capacity of at most 64 rows per expert, as deep a
-    pipeline as ``K`` leaves room for), ``default_config(N, routes)`` for bf16 (narrow
-    column tiles for a small one), where ``routes`` is the caller's *static* route capacity
-    (``C * K``, with ``K`` there the routes per token) and ``experts`` the experts the GEMM
-    covers (one when not given). A layer picks it once from its config, so the variant, and
-    with it every row's result, never depends on a batch's live rows (CONTRACTS.md s7)."""
+    the GEMM's ``K``: ``mx_default_config(N, weights, routes, K, experts, tokens)`` for the
+    block-scaled kinds (the decode-batch GEMV for a capacity of at most ``GEMV_MAX_ROWS``
+    tokens where the format has one, else 64-row tiles for a capacity of at most 64 rows per
+    expert, as deep a pipeline as ``K`` leaves room for), ``default_config(N, routes)`` for
+    bf16 (narrow column tiles for a small one), where ``routes`` is the caller's *static*
+    route capacity (``C * K``, with ``K`` there the routes per token), ``experts`` the
+    experts the GEMM covers (one when not given) and ``tokens`` the capacity in tokens
+    (``C``: the most rows one expert can get). A layer picks it once from its config, so
+    the variant, and with it every row's result, never depends on a batch's live rows
+    (CONTRACTS.md s7)."""
     if weights not in WEIGHT_KINDS:
         raise ConfigError("weights", f"one of {WEIGHT_KINDS}", repr(weights))
     if experts is not None and (isinstance(experts, bool) or not isinstance(experts, int)
@@ -332,7 +337,7 @@ def gemm_config(weights: str, n: int, routes: int | None = None,
     if weights != "bf16":
         from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
-        return mx_default_config(n, weights, routes, k, experts)
+        return mx_default_config(n, weights, routes, k, experts, tokens)
     return default_config(n, routes)
 
 
@@ -465,6 +470,9 @@ def grouped_gemm(
         raise ConfigError("config", f"a non-persistent variant for {weights} weights", cfg.name)
     if cfg.splits > 1 and (weights == "bf16" or not cfg.specialized):
         raise ConfigError("config", "split-K only in a specialized MX variant", cfg.name)
+    if cfg.gemv_warps and weights not in GEMV_WEIGHTS:
+        raise ConfigError("config", f"a GEMV variant only for {' or '.join(GEMV_WEIGHTS)} "
+                          "weights", f"{cfg.name} with {weights} weights")
     _check_split_workspace(split_workspace, cfg, m_cap, n, k, a.device)
     if max_ctas is not None and not (isinstance(max_ctas, int) and 1 <= max_ctas <= _I32_LIMIT):
         raise ConfigError("max_ctas", "None or an int >= 1", max_ctas)

@@ -100,7 +100,9 @@ class KernelConfig:
     whether its grid takes the first 64-row half of every segment's tiles before the second
     halves (``halves``: ``halves_tile``; 64-row specialized MX GEMM without split-K only), and
     how many bf16 B tiles its decode warpgroup hands over through (``b_tiles``; specialized
-    MX GEMM only; ``B_TILES`` unless named)."""
+    MX GEMM only; ``B_TILES`` unless named), and, for the MX GEMM only, whether it is the
+    decode-batch GEMV on warp-level MMAs with that many warps splitting K (``gemv_warps``;
+    ``mx_gemv_kernel``: ``tile_n`` 16, ``stages`` 1, no other option)."""
 
     tile_n: int
     stages: int
@@ -111,8 +113,17 @@ class KernelConfig:
     scale_regs: bool = False
     halves: bool = False
     b_tiles: int = B_TILES
+    gemv_warps: int = 0
 
     def __post_init__(self) -> None:
+        if self.gemv_warps and (self.tile_n, self.stages, self.ws, self.tile_m, self.specialized,
+                                self.splits, self.scale_regs, self.halves,
+                                self.b_tiles) != (16, 1, False, TILE_M, False, 1, False, False,
+                                                  B_TILES):
+            raise ValueError("gemv_warps: a GEMV variant is KernelConfig(16, 1, "
+                             f"gemv_warps=w) with no other option, got {self}")
+        if self.gemv_warps < 0:
+            raise ValueError(f"gemv_warps: expected >= 0, got {self.gemv_warps}")
         if self.b_tiles != B_TILES and (not self.specialized or self.b_tiles < 2):
             raise ValueError("b_tiles: needs a specialized variant and at least 2 tiles, got "
                              f"specialized={self.specialized}, b_tiles={self.b_tiles}")
@@ -129,6 +140,8 @@ class KernelConfig:
 
     @property
     def name(self) -> str:
+        if self.gemv_warps:
+            return f"n{self.tile_n}gemv{self.gemv_warps}"
         rows = "" if self.tile_m == TILE_M else f"m{self.tile_m}"
         return (f"{rows}n{self.tile_n}s{self.stages}" + ("persist" if self.ws else "")
                 + ("ws" if self.specialized else "") + ("r" if self.scale_regs else "")
@@ -415,6 +428,40 @@ def make_locate_cta(n_tiles: int, tile_m: int = TILE_M, halves: bool = False):
     return locate_cta
 
 
+@cute.jit
+def swiglu_act(gate: Float32, up: Float32, row: Int32, m_pre: cute.Tensor, m_scale: cute.Tensor,
+               use_scale: Int32, use_pre: Int32, clamp: Float32) -> Float32:
+    """FC1's epilogue of one output element of row ``row`` (CONTRACTS.md s5 steps 1-4), float32
+    throughout: ``gate`` and ``up`` times the row's pre-scale ``m_pre[row]`` (``use_pre``),
+    ``gate = min(gate, clamp)``, ``up = clamp(up, -clamp, clamp)``, ``act = up * gate *
+    sigmoid(gate)``, times the score ``m_scale[row]`` (``use_scale``). Shared by every
+    kernel's epilogue (``make_store``, ``mx_gemv_kernel``), so they compute the same bits from
+    the same accumulators."""
+    if use_pre != Int32(0):
+        gate = gate * m_pre[row]
+        up = up * m_pre[row]
+    gate = Float32(cutlass.select_(gate > clamp, clamp, gate))
+    up = Float32(cutlass.select_(up > clamp, clamp, up))
+    up = Float32(cutlass.select_(up < -clamp, -clamp, up))
+    sig = Float32(1.0) / (Float32(1.0) + cute.math.exp(-gate))
+    act = up * gate * sig
+    if use_scale != Int32(0):
+        act = act * m_scale[row]
+    return act
+
+
+@cute.jit
+def plain_value(h: Float32, row: Int32, m_pre: cute.Tensor, m_scale: cute.Tensor,
+                use_scale: Int32, use_pre: Int32) -> Float32:
+    """FC2's epilogue of one output element of row ``row`` (CONTRACTS.md s5 steps 5-7): ``h``
+    times the row's pre-scale (``use_pre``), then times the score (``use_scale``)."""
+    if use_pre != Int32(0):
+        h = h * m_pre[row]
+    if use_scale != Int32(0):
+        h = h * m_scale[row]
+    return h
+
+
 def make_store(swiglu: bool, n_out: int, out_f32: bool):
     """The epilogue of one thread's accumulators (module docstring): float32 math, one
     rounding to the output type (bf16, or float32 when ``out_f32``), rows at or past
@@ -441,29 +488,15 @@ def make_store(swiglu: bool, n_out: int, out_f32: bool):
                 crd = c_coord[2 * i]
                 row = row0 + crd[0]
                 if row < live_end:
-                    gate = Float32(acc[2 * i])
-                    up = Float32(acc[2 * i + 1])
-                    if use_pre != Int32(0):
-                        gate = gate * m_pre[row]
-                        up = up * m_pre[row]
-                    gate = Float32(cutlass.select_(gate > clamp, clamp, gate))
-                    up = Float32(cutlass.select_(up > clamp, clamp, up))
-                    up = Float32(cutlass.select_(up < -clamp, -clamp, up))
-                    sig = Float32(1.0) / (Float32(1.0) + cute.math.exp(-gate))
-                    act = up * gate * sig
-                    if use_scale != Int32(0):
-                        act = act * m_scale[row]
+                    act = swiglu_act(Float32(acc[2 * i]), Float32(acc[2 * i + 1]), row, m_pre,
+                                     m_scale, use_scale, use_pre, clamp)
                     m_out[row, (col0 + crd[1]) // 2] = act.to(out_type)
         else:
             for i in cutlass.range_constexpr(cute.size(acc)):
                 crd = c_coord[i]
                 row = row0 + crd[0]
                 if row < live_end:
-                    h = Float32(acc[i])
-                    if use_pre != Int32(0):
-                        h = h * m_pre[row]
-                    if use_scale != Int32(0):
-                        h = h * m_scale[row]
+                    h = plain_value(Float32(acc[i]), row, m_pre, m_scale, use_scale, use_pre)
                     m_out[row, col0 + crd[1]] = h.to(out_type)
 
     return store

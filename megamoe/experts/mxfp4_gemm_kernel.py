@@ -80,6 +80,7 @@ from megamoe.experts.grouped_gemm_kernel import (
     prefetch_a_parts,
     tma_mainloop,
 )
+from megamoe.experts.mx_gemv_kernel import make_gemv
 from megamoe.experts.packed_decode import (
     E4M3_REBIAS_BF16X2,
     bf16_pair,
@@ -138,6 +139,8 @@ MXFP4_CONFIGS = (
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True),
     KernelConfig(64, 6, tile_m=64, specialized=True, halves=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True, b_tiles=4),
+    KernelConfig(16, 1, gemv_warps=4),
+    KernelConfig(16, 1, gemv_warps=8),
 )
 """The compiled MXFP4 variants; ``mx_default_config`` takes the first of the height the route
 capacity asks for (``MX_NARROW_ROWS_PER_EXPERT``) whose column tile divides ``N`` (one CTA per tile;
@@ -189,7 +192,11 @@ no persistent variant), or for a small capacity and a known ``K`` a deeper pipel
   runs one more k tile ahead of the wgmmas. H200, DeepSeek, GEMM alone in the layer's grid,
   MXFP4 FC1 / FC2 against ``m64n64s4wsrh``: -4.1 / -3.7 % at uniform T = 1, -6.7 / -6.6 % at
   T = 16, -5.8 / -6.6 % at T = 64, -5.2 / -6.5 % at T = 256, -5.6 / -5.9 % at T = 1024;
-  one expert +2.3 / -5.6 % at T = 1, 0.0 / -1.2 % at T = 16 (docs/perf.md "Session 27")."""
+  one expert +2.3 / -5.6 % at T = 1, 0.0 / -1.2 % at T = 16 (docs/perf.md "Session 27").
+- ``n16gemv4`` (the default for a capacity of at most ``GEMV_MAX_ROWS`` tokens), ``n16gemv8``:
+  the decode-batch GEMV on warp-level MMAs (``mx_gemv_kernel``): 16 weight rows per tile,
+  four or eight warps splitting K, a persistent grid; no shared-memory pipeline, so a
+  one-expert FC1 at DeepSeek is 256 tiles, not 64 (docs/perf.md "Session 31")."""
 MXFP8_CONFIGS = (
     KernelConfig(64, 3, tile_m=64, specialized=True),
     KernelConfig(64, 3),
@@ -299,6 +306,37 @@ pipelines, ``MX_NARROW_DEPTHS``, were measured; with them, the same trade as MXF
 DeepSeek layer 28 % faster at uniform T = 1024 and 27 % slower at skewed T = 1024). A
 choice from the capacity and the expert count, never from a batch's live rows
 (CONTRACTS.md s7)."""
+
+
+GEMV_MAX_ROWS = {"mxfp4": 32}
+"""Per format: callers whose capacity in tokens (``C``, the most rows one expert can get: an
+expert appears at most once per token, CONTRACTS.md s2) is at most this many get
+``GEMV_DEFAULT``, the decode-batch GEMV on warp-level MMAs (``mx_gemv_kernel``); formats not
+named here have no GEMV variant. Its cost grows with the rows of an expert (one pass over
+the expert's weights per ``GEMV_ROWS`` = 16 rows), the wgmma variants' hardly. H200, GEMM
+alone (``mx_gemm``), ``n16gemv4`` against the narrow default, FC1 / FC2 us (docs/perf.md
+"Session 31"): DeepSeek one expert with 1 row 13.7 / 8.6 against 40.1 / 14.5, 16 rows 20.3 /
+12.2 against 41.0 / 18.7, 64 rows 69.0 / 37.4 against 40.9 / 20.2 (a loss); uniform T = 1
+(8 experts x 1 row) 70.1 / 39.8 against 109.4 / 57.6, T = 16 934 / 537 against 1385 / 756,
+T = 64 (2 rows each) 1885 / 1076 against 2756 / 1504, T = 256 (8 rows) 1951 / 1123
+against 2769 / 1519, T = 1024 (32 rows) 5586 / 2837 against 2927 / 1605 (a loss); gpt-oss
+alike (one expert with 64 rows a loss, 16 a win). So the bound is the tokens: at most two
+passes for any expert, where one expert with every route still wins or ties (32 rows:
+36.3 / 20.1 against 41.0 / 18.8); a capacity of 64 tokens would win 30 % at uniform routes
+and lose 70 % at one expert. The whole ``fp8_mxfp4`` layer by stage (``layer_stages``, the
+rule against the same code with it off), forward us: DeepSeek uniform T = 1 / 4 / 16 147.5 /
+473.9 / 1845 against 191.5 / 583.0 / 2158, one expert 42.6 / 44.1 / 55.0 against 75.8 /
+77.2 / 87.2; gpt-oss uniform 57.1 / 143.8 / 486.3 against 84.0 / 212.8 / 722.8, one expert
+32.3 / 33.9 / 38.4 against 59.7 / 60.7 / 63.7."""
+GEMV_DEFAULT = KernelConfig(16, 1, gemv_warps=4)
+"""The GEMV variant the default takes (``GEMV_MAX_ROWS``): four warps split K; eight were
+slower in 12 of 16 cases (the same runs)."""
+
+
+def mx_gemv(weights: str, tokens: int | None) -> bool:
+    """Whether a caller with static capacity ``tokens`` (``C``) gets the GEMV variant of
+    format ``weights`` (``GEMV_MAX_ROWS``)."""
+    return tokens is not None and tokens <= GEMV_MAX_ROWS.get(weights, 0)
 
 
 def mx_narrow(weights: str, routes: int | None, experts: int | None = None) -> bool:
@@ -438,17 +476,23 @@ def ctas_per_sm(cfg: KernelConfig, k: int, weights: str = "mxfp4") -> int:
 
 
 def mx_default_config(n: int, weights: str = "mxfp4", routes: int | None = None,
-                      k: int | None = None, experts: int | None = None) -> KernelConfig:
+                      k: int | None = None, experts: int | None = None,
+                      tokens: int | None = None) -> KernelConfig:
     """The variant of weight format ``weights`` for an ``N`` (and the GEMM's ``K``): when
     ``routes`` (the caller's static route capacity) over ``experts`` experts is narrow
     (``mx_narrow``: at most ``MX_NARROW_ROWS_PER_EXPERT[weights]`` rows per expert), the
     first of ``MX_NARROW_DEPTHS[weights]`` whose column tile divides ``N`` and that keeps
     its CTAs per SM at ``K``, else the first 64-row one whose column tile divides ``N``; for
     larger (or unknown) capacities the first 128-row one (any variant whose tile divides
-    ``N`` when the preferred height has none). Never a split-K variant (``SPLIT_K_NOTE``)."""
+    ``N`` when the preferred height has none). Never a split-K variant (``SPLIT_K_NOTE``).
+    Before all that: ``GEMV_DEFAULT`` when the capacity in ``tokens`` is at most
+    ``GEMV_MAX_ROWS[weights]`` and 16 divides ``N``."""
     configs = CONFIGS_BY_FORMAT[weights]
+    if mx_gemv(weights, tokens) and n % GEMV_DEFAULT.tile_n == 0:
+        return GEMV_DEFAULT
     narrow = mx_narrow(weights, routes, experts)
-    fits = [cfg for cfg in configs if n % cfg.tile_n == 0 and cfg.splits == 1]
+    fits = [cfg for cfg in configs
+            if n % cfg.tile_n == 0 and cfg.splits == 1 and not cfg.gemv_warps]
     if narrow and k is not None:
         by_name = {cfg.name: cfg for cfg in fits}
         for name, ctas in MX_NARROW_DEPTHS[weights]:
@@ -1136,8 +1180,9 @@ def compile_mx_gemm(mode: str, n: int, k: int, cfg: KernelConfig | None = None,
             _fake_ptr(Int32, 4), _fake_ptr(Int32, 4), _fake_ptr(Float32, 4),
             _fake_ptr(Float32, 16), _fake_ptr(Float32, 16), _fake_ptr(Int32, 4),
         )
+    make = make_gemv if cfg.gemv_warps else _make
     return cute.compile(
-        _make(mode, n, k, cfg, out_f32, weights), *ptrs[:8], Int32(TILE_M), Int32(1), Int32(0),
+        make(mode, n, k, cfg, out_f32, weights), *ptrs[:8], Int32(TILE_M), Int32(1), Int32(0),
         Int32(0), Float32(0.0), *ptrs[8:], Int32(1),
         stream if stream is not None else cuda.CUstream(0),
     )
@@ -1211,6 +1256,10 @@ GATE_BUILDS = (
     GateBuild("nvfp4", "swiglu", 256, 512, KernelConfig(64, 4, specialized=True, scale_regs=True),
               True, "the 128-row register path (two MMA warpgroups; NVFP4's large-capacity "
               "default)"),
+    GateBuild("mxfp4", "swiglu", 256, 320, KernelConfig(16, 1, gemv_warps=4), True,
+              "the decode-batch GEMV (``mx_gemv_kernel``), K with a 64-element last step"),
+    GateBuild("mxfp4", "plain", 192, 1024, KernelConfig(16, 1, gemv_warps=8),
+              why="the decode-batch GEMV, bf16 output, whole 128-element steps"),
 )
 """The MX GEMMs the offline compile gate builds: small shapes that reach each code path (the
 three formats, both modes, both output types, 128- and 64-row tiles, the specialized,

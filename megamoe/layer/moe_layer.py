@@ -106,8 +106,8 @@ class MoELayer:
         self._m_cap = _gemm.capacity_rows(routes, e)
         # the GEMM variants, fixed by the config (never by a batch's live rows: s7)
         wk = _gemm.weight_kind(self._w13)
-        self._fc1_cfg = _gemm.gemm_config(wk, 2 * i, routes, k=h, experts=e)
-        self._fc2_cfg = _gemm.gemm_config(wk, h, routes, k=i, experts=e)
+        self._fc1_cfg = _gemm.gemm_config(wk, 2 * i, routes, k=h, experts=e, tokens=c)
+        self._fc2_cfg = _gemm.gemm_config(wk, h, routes, k=i, experts=e, tokens=c)
         self._a1 = torch.zeros(self._m_cap, h, dtype=torch.bfloat16, device=dev)
         self._a2 = torch.zeros(self._m_cap, i, dtype=torch.bfloat16, device=dev)
         # fp8_mxfp4: the rows' safe-FP8 scale wires (A1's gathered, A2's); nvfp4: each row's

@@ -21,6 +21,13 @@ from oracle.routing import find_route_violations
 from tests.layer_check import compare_rows, layer_routes, layer_weights, oracle_output
 
 E, K, H, INTER, C = 8, 2, 256, 128, 300
+C_GEMV = 32
+"""A capacity that takes the ``fp8_mxfp4`` GEMMs' GEMV variant
+(``mxfp4_gemm_kernel.GEMV_MAX_ROWS``); ``C`` takes the wgmma variants."""
+LAYER_CASES = [(r, C) for r in LAYER_RECIPES] + [("fp8_mxfp4", C_GEMV)]
+"""(recipe, capacity) of the layers the contract tests run: every recipe, and ``fp8_mxfp4``
+again at ``C_GEMV`` so both of its GEMM kinds meet every rule."""
+CASE_IDS = [r if c == C else f"{r}-gemv" for r, c in LAYER_CASES]
 REPLAYS_PER_STATE = 17
 KERNEL_PATHS = {"kernel"}
 ID_DTYPES = (torch.int32, torch.int64)
@@ -35,11 +42,15 @@ W13, W2 = _weights(0)
 _LAYERS: dict[tuple, MoELayer] = {}
 
 
-def _layer(dev, clamp=None, late=False, recipe="bf16") -> MoELayer:  # type: ignore[no-untyped-def]
-    key = (str(dev), clamp, late, recipe)
+def _layer(dev, clamp=None, late=False, recipe="bf16", capacity=C) -> MoELayer:  # type: ignore[no-untyped-def]
+    key = (str(dev), clamp, late, recipe, capacity)
     if key not in _LAYERS:
-        cfg = LayerConfig(E, K, H, INTER, C, recipe=recipe, clamp=clamp, late_weighting=late)
-        _LAYERS[key] = MoELayer(cfg, W13, W2, dev)
+        cfg = LayerConfig(E, K, H, INTER, capacity, recipe=recipe, clamp=clamp,
+                          late_weighting=late)
+        layer = MoELayer(cfg, W13, W2, dev)
+        gemv = [c.gemv_warps > 0 for c in layer.gemm_configs]
+        assert gemv == [capacity == C_GEMV] * 2, (recipe, capacity, layer.gemm_configs)
+        _LAYERS[key] = layer
     return _LAYERS[key]
 
 
@@ -61,11 +72,13 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     id_dtype=st.sampled_from(ID_DTYPES),
     score_dtype=st.sampled_from(SCORE_DTYPES),
     seed=st.integers(0, 2**31),
-    recipe=st.sampled_from(LAYER_RECIPES),
+    case=st.sampled_from(LAYER_CASES),
 )
 def test_every_live_row_meets_the_oracle(cuda_device, t, mask_p, clamp, late, id_dtype,
-                                         score_dtype, seed, recipe) -> None:
-    layer = _layer(cuda_device, clamp, late, recipe)
+                                         score_dtype, seed, case) -> None:
+    recipe, capacity = case
+    t = t % (capacity + 1)
+    layer = _layer(cuda_device, clamp, late, recipe, capacity)
     x, ids, w = _routes(seed, t, mask_p, cuda_device, id_dtype, score_dtype)
     before = [v.clone() for v in (x, ids, w)]
     out = layer.warmup(x, ids, w)
@@ -76,17 +89,18 @@ def test_every_live_row_meets_the_oracle(cuda_device, t, mask_p, clamp, late, id
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
-@pytest.mark.parametrize("recipe", LAYER_RECIPES)
-def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(cuda_device, recipe) -> None:
+@pytest.mark.parametrize(("recipe", "capacity"), LAYER_CASES, ids=CASE_IDS)
+def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(cuda_device, recipe,
+                                                             capacity) -> None:
     """CONTRACTS.md s8 invariance: row 0's bits stay the same whatever the other rows hold,
     how many there are, and whether masked slots carry NaN/Inf or zero."""
-    layer = _layer(cuda_device, recipe=recipe)
-    x, ids, w = _routes(11, 64, 0.3, cuda_device)
+    layer = _layer(cuda_device, recipe=recipe, capacity=capacity)
+    x, ids, w = _routes(11, min(64, capacity), 0.3, cuda_device)
     ids[0] = torch.tensor([3, -1], device=cuda_device)
     w[0, 1] = float("nan")
     layer.warmup(x, ids, w)
     ref = _bits(layer.forward(x, ids, w)[0])
-    for seed, t in ((12, 1), (13, 2), (14, 129), (15, C)):
+    for seed, t in ((12, 1), (13, 2), (14, min(129, capacity)), (15, capacity)):
         x2, ids2, w2 = _routes(seed, t, 0.2, cuda_device)
         x2[0], ids2[0], w2[0] = x[0], ids[0], w[0]
         if t > 1:
@@ -113,20 +127,21 @@ def _poison(layer: MoELayer, *buffers: torch.Tensor) -> None:
             t.fill_(-7)
 
 
-@pytest.mark.parametrize("recipe", LAYER_RECIPES)
-def test_changing_route_scenarios_replay_on_one_graph(cuda_device, recipe) -> None:
+@pytest.mark.parametrize(("recipe", "capacity"), LAYER_CASES, ids=CASE_IDS)
+def test_changing_route_scenarios_replay_on_one_graph(cuda_device, recipe, capacity) -> None:
     """CONTRACTS.md s10 (single-rank): one captured forward over capacity-shaped buffers,
     17 replays per state, NaN poured into the workspace and the output between states;
     every live row against the oracle, first and last replay bitwise equal to an eager
     forward, rows past the live count untouched, ``restored`` equal to the first state."""
-    layer = _layer(cuda_device, recipe=recipe)
-    states = make_sequence(world_size=1, capacity=C, top_k=K, num_experts=E, hidden_size=H,
+    layer = _layer(cuda_device, recipe=recipe, capacity=capacity)
+    c = capacity
+    states = make_sequence(world_size=1, capacity=c, top_k=K, num_experts=E, hidden_size=H,
                            seed=5, device=cuda_device)
-    s_x = torch.zeros(C, H, dtype=torch.bfloat16, device=cuda_device)
-    s_ids = torch.full((C, K), -1, dtype=torch.int64, device=cuda_device)
-    s_w = torch.zeros(C, K, dtype=torch.float32, device=cuda_device)
-    s_live = torch.full((1,), C, dtype=torch.int32, device=cuda_device)
-    out = torch.zeros(C, H, dtype=torch.bfloat16, device=cuda_device)
+    s_x = torch.zeros(c, H, dtype=torch.bfloat16, device=cuda_device)
+    s_ids = torch.full((c, K), -1, dtype=torch.int64, device=cuda_device)
+    s_w = torch.zeros(c, K, dtype=torch.float32, device=cuda_device)
+    s_live = torch.full((1,), c, dtype=torch.int32, device=cuda_device)
+    out = torch.zeros(c, H, dtype=torch.bfloat16, device=cuda_device)
     layer.warmup(s_x, s_ids, s_w)
     layer.forward(s_x, s_ids, s_w, live_tokens=s_live, out=out)  # warm the live-count path
     torch.cuda.synchronize()
@@ -239,22 +254,25 @@ def test_fp8_mxfp4_non_finite_hidden_row_is_a_route_error_eager_and_under_graphs
         layer.check_errors()
 
 
+@pytest.mark.parametrize("capacity", [8, 64], ids=["gemv", "wgmma"])
 @pytest.mark.parametrize(("amplitude", "w13_scale_raise"), [
     (1e-15, 0), (1e-18, 0), (1e-19, 0), (1e-35, 55),
 ])
 def test_fp8_mxfp4_tiny_values_stay_finite_non_zero_and_within_the_bound(
-        cuda_device, amplitude, w13_scale_raise) -> None:
+        cuda_device, amplitude, w13_scale_raise, capacity) -> None:
     """Issue 7 tiny-value cases: hidden amplitude 1e-15 .. 1e-19, and 1e-35 with the W13
     scale bytes raised by 55; every row finite, non-zero, within 0.025 of the oracle by
-    relative L2 alone (``compare_rows`` has no absolute tolerance)."""
+    relative L2 alone (``compare_rows`` has no absolute tolerance); on both GEMM kinds (a
+    capacity of 8 tokens takes the GEMV, 64 the wgmma variants: ``GEMV_MAX_ROWS``)."""
     h, i = H, INTER
     g = torch.Generator().manual_seed(23)
     p13, s13 = quantize_mxfp4(torch.randn(1, 2 * i, h, generator=g) * 0.5)
     p2, s2 = quantize_mxfp4(torch.randn(1, h, i, generator=g) * 0.5)
     w13 = Mxfp4Matrix(p13, s13 + w13_scale_raise)
     w2 = Mxfp4Matrix(p2, s2)
-    cfg = LayerConfig(1, 1, h, i, 8, recipe="fp8_mxfp4")
+    cfg = LayerConfig(1, 1, h, i, capacity, recipe="fp8_mxfp4")
     layer = MoELayer(cfg, w13, w2, cuda_device)
+    assert (layer.gemm_configs[0].gemv_warps > 0) == (capacity == 8)
     x = (torch.randn(8, h, generator=g) * amplitude).bfloat16().to(cuda_device)
     ids = torch.zeros(8, 1, dtype=torch.int64, device=cuda_device)
     w = torch.ones(8, 1, device=cuda_device)

@@ -1,0 +1,112 @@
+"""The decode-batch GEMV variants of the MXFP4 grouped GEMM on a Hopper GPU
+(``megamoe.experts.mx_gemv_kernel``; CONTRACTS.md s4 MXFP4, s5, s8).
+
+- Accuracy: every live row against the PyTorch path within the s8 bf16 bound at the shapes
+  that reach each code path: ``K`` with and without the 64-element last step (gpt-oss's 2880,
+  DeepSeek's 7168 and 2048), one to 130 rows per expert (one pass of 16 rows and one token
+  group, both groups, several passes, a second 128-row tile), both modes and output types.
+- Invariance (s8), bit for bit: a row's output does not depend on the other rows, on how
+  many there are, on NaN in the rows past the live ones, or on its place (lane, token group,
+  pass) in the tile.
+- The checker can fail: activations whose 64-element halves of every 128-element step are
+  swapped (the permutation of K that the GEMV's A and B registers must share) are caught.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from megamoe.experts import api
+from megamoe.experts.api import grouped_gemm, grouped_gemm_torch
+from megamoe.experts.grouped_gemm_kernel import KernelConfig
+from megamoe.experts.mx_gemv_kernel import GEMV_ROWS, STEP_K
+from megamoe.experts.mxfp4_gemm_kernel import MXFP4_CONFIGS
+from tests.bitwise import same_bits
+from tests.host.test_grouped_gemm_host import POISON, live_mask, poison_, row_rel_errors
+from tests.mxfp4_case import make_mxfp4_case
+
+BF16_TOL = 0.01  # CONTRACTS.md s8 (the GEMM alone: bf16 operands, float32 accumulation)
+GEMV = [c for c in MXFP4_CONFIGS if c.gemv_warps]
+SHAPES = [  # (mode, K, N, counts per expert)
+    ("swiglu", 2880, 192, [1, 16, 0, 5]),  # gpt-oss's K: 22 steps and a half step
+    ("plain", 2048, 128, [9, 130, 2]),  # DeepSeek's FC2 K; a second 128-row tile
+    ("swiglu", 7168, 64, [3, 24]),  # DeepSeek's FC1 K
+    ("plain", 576, 64, [8, 17, 33]),  # 4 steps and a half step; group and pass edges
+]
+
+
+def _clamp(mode: str) -> float | None:
+    return 0.75 if mode == "swiglu" else None  # FC1 clamps; FC2 takes no clamp
+
+
+def _run(case, mode: str, cfg: KernelConfig, a: torch.Tensor | None = None) -> None:
+    path = grouped_gemm(case["a"] if a is None else a, case["b"], case["seg"], case["counts"],
+                        case["out"], mode=mode, row_scale=case["scale"], clamp=_clamp(mode),
+                        config=cfg, pre_scale=case["pre"])
+    assert path == api.PATH_KERNEL
+
+
+def _worst(case, mode: str) -> float:
+    seg, cnt = case["seg"].tolist(), case["counts"].tolist()
+    live = live_mask(seg, cnt, case["out"].shape[0]).to(case["out"].device)
+    want = torch.empty_like(case["out"])
+    grouped_gemm_torch(case["a"], case["b"], case["seg"], case["counts"], want, mode=mode,
+                       row_scale=case["scale"], clamp=_clamp(mode), pre_scale=case["pre"])
+    got = case["out"][live]
+    assert bool(torch.isfinite(got.float()).all()), "non-finite live row"
+    rel = row_rel_errors(got.float().cpu(), want[live].float().cpu())
+    dead = case["out"][~live].contiguous().view(torch.int16)
+    assert bool((dead == POISON).all()), "a row outside the live segments was written"
+    return float(rel.max())
+
+
+def _case(mode: str, k: int, n: int, counts: list[int], seed: int, out_dtype, device):
+    case = make_mxfp4_case(mode, counts, k, n, seed=seed, out_dtype=out_dtype, device=device)
+    poison_(case["out"])
+    return case
+
+
+@pytest.mark.parametrize("cfg", GEMV, ids=[c.name for c in GEMV])
+@pytest.mark.parametrize(("mode", "k", "n", "counts"), SHAPES,
+                         ids=[f"{m}-k{k}-n{n}" for m, k, n, _ in SHAPES])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+def test_every_live_row_within_the_gemm_tolerance(cuda_device, cfg, mode, k, n, counts,
+                                                  out_dtype) -> None:
+    case = _case(mode, k, n, counts, 51, out_dtype, cuda_device)
+    _run(case, mode, cfg)
+    worst = _worst(case, mode)
+    assert worst <= BF16_TOL, f"worst relative L2 {worst:.3g}"
+
+
+@pytest.mark.parametrize("cfg", GEMV, ids=[c.name for c in GEMV])
+@pytest.mark.parametrize("mode", ["swiglu", "plain"])
+def test_a_row_bits_do_not_depend_on_other_rows_or_its_place(cuda_device, cfg, mode) -> None:
+    """Row 0 of a one-row expert against the same inputs at rows 3 (first token group),
+    8 + 5 (second group) and 16 + 2 (second pass) of a 40-row expert whose other rows are
+    random and whose padding rows hold NaN."""
+    k, n = 2880, 64
+    one = _case(mode, k, n, [1], 52, torch.float32, cuda_device)
+    _run(one, mode, cfg)
+    ref = one["out"][0].clone()
+    for place in (3, 8 + 5, GEMV_ROWS + 2):
+        many = _case(mode, k, n, [40], 53 + place, torch.float32, cuda_device)
+        many["b"] = one["b"]
+        many["a"][place] = one["a"][0]
+        many["pre"][place], many["scale"][place] = one["pre"][0], one["scale"][0]
+        many["a"][40:] = float("nan")
+        _run(many, mode, cfg)
+        assert same_bits(many["out"][place], ref), f"row at place {place} differs"
+
+
+@pytest.mark.parametrize("cfg", GEMV, ids=[c.name for c in GEMV])
+def test_the_checker_catches_a_k_permutation_of_a_alone(cuda_device, cfg) -> None:
+    """The GEMV permutes K inside each 128-element step, the same way for A and B; if A's
+    halves were swapped and B's not, every row would be wrong: ``_worst`` must say so."""
+    case = _case("plain", 2048, 64, [5, 20], 54, torch.float32, cuda_device)
+    a = case["a"]
+    m_cap, k = a.shape
+    steps = a.view(m_cap, k // STEP_K, 2, STEP_K // 2)
+    swapped = steps.flip(2).reshape(m_cap, k).contiguous()
+    _run(case, "plain", cfg, a=swapped)
+    assert _worst(case, "plain") > BF16_TOL
