@@ -317,9 +317,9 @@ def test_the_mx_gemm_variants_get_each_gemms_own_k(recipe: str, weights: str) ->
     tiles (three). Swapped Ks would swap them."""
     from megamoe.experts.mxfp4_gemm_kernel import mx_default_config
 
-    e, k, h, inter = 4, 2, 7040, 256
-    layer, _, _ = _layer(LayerConfig(e, k, h, inter, C, recipe=recipe))
-    routes = C * k
+    e, k, h, inter, c = 4, 2, 7040, 256, 64  # c past GEMV_MAX_ROWS: the wgmma variants
+    layer, _, _ = _layer(LayerConfig(e, k, h, inter, c, recipe=recipe))
+    routes = c * k
     fc1, fc2 = layer.gemm_configs
     assert (fc1.name, fc2.name) == ("m64n64s6wsh", "m64n64s4wsrhb4")
     assert fc1 == mx_default_config(2 * inter, weights, routes, h, e)
@@ -349,5 +349,5 @@ def test_a_layer_that_drops_its_expert_count_is_caught(monkeypatch) -> None:  # 
     both layers 128-row tiles, which the test above refuses."""
     real = gemm_api.gemm_config
     monkeypatch.setattr(gemm_api, "gemm_config", lambda weights, n, routes=None, k=None,
-                        experts=None: real(weights, n, routes, k))
+                        experts=None, tokens=None: real(weights, n, routes, k, tokens=tokens))
     assert tile_heights_at_512_routes("nvfp4") == {8: (128, 128), 4: (128, 128)}
