@@ -17,16 +17,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megamoe.experts import api
-from megamoe.experts.api import grouped_gemm, grouped_gemm_torch
-from megamoe.experts.grouped_gemm_kernel import KernelConfig
 from megamoe.experts.mx_gemv_kernel import GEMV_ROWS, STEP_K
 from megamoe.experts.mxfp4_gemm_kernel import MXFP4_CONFIGS
 from tests.bitwise import same_bits
-from tests.host.test_grouped_gemm_host import POISON, live_mask, poison_, row_rel_errors
+from tests.host.test_grouped_gemm_host import poison_
 from tests.mxfp4_case import make_mxfp4_case
+from tests.single.test_mxfp4_gemm_kernel import _check, _run
 
-BF16_TOL = 0.01  # CONTRACTS.md s8 (the GEMM alone: bf16 operands, float32 accumulation)
 GEMV = [c for c in MXFP4_CONFIGS if c.gemv_warps]
 SHAPES = [  # (mode, K, N, counts per expert)
     ("swiglu", 2880, 192, [1, 16, 0, 5]),  # gpt-oss's K: 22 steps and a half step
@@ -34,31 +31,8 @@ SHAPES = [  # (mode, K, N, counts per expert)
     ("swiglu", 7168, 64, [3, 24]),  # DeepSeek's FC1 K
     ("plain", 576, 64, [8, 17, 33]),  # 4 steps and a half step; group and pass edges
 ]
-
-
-def _clamp(mode: str) -> float | None:
-    return 0.75 if mode == "swiglu" else None  # FC1 clamps; FC2 takes no clamp
-
-
-def _run(case, mode: str, cfg: KernelConfig, a: torch.Tensor | None = None) -> None:
-    path = grouped_gemm(case["a"] if a is None else a, case["b"], case["seg"], case["counts"],
-                        case["out"], mode=mode, row_scale=case["scale"], clamp=_clamp(mode),
-                        config=cfg, pre_scale=case["pre"])
-    assert path == api.PATH_KERNEL
-
-
-def _worst(case, mode: str) -> float:
-    seg, cnt = case["seg"].tolist(), case["counts"].tolist()
-    live = live_mask(seg, cnt, case["out"].shape[0]).to(case["out"].device)
-    want = torch.empty_like(case["out"])
-    grouped_gemm_torch(case["a"], case["b"], case["seg"], case["counts"], want, mode=mode,
-                       row_scale=case["scale"], clamp=_clamp(mode), pre_scale=case["pre"])
-    got = case["out"][live]
-    assert bool(torch.isfinite(got.float()).all()), "non-finite live row"
-    rel = row_rel_errors(got.float().cpu(), want[live].float().cpu())
-    dead = case["out"][~live].contiguous().view(torch.int16)
-    assert bool((dead == POISON).all()), "a row outside the live segments was written"
-    return float(rel.max())
+CLAMP = {"swiglu": 0.75, "plain": None}
+"""FC1's clamp in these cases; FC2 takes none."""
 
 
 def _case(mode: str, k: int, n: int, counts: list[int], seed: int, out_dtype, device):
@@ -74,9 +48,8 @@ def _case(mode: str, k: int, n: int, counts: list[int], seed: int, out_dtype, de
 def test_every_live_row_within_the_gemm_tolerance(cuda_device, cfg, mode, k, n, counts,
                                                   out_dtype) -> None:
     case = _case(mode, k, n, counts, 51, out_dtype, cuda_device)
-    _run(case, mode, cfg)
-    worst = _worst(case, mode)
-    assert worst <= BF16_TOL, f"worst relative L2 {worst:.3g}"
+    _run(case, mode, CLAMP[mode], cfg)
+    _check(case, mode, CLAMP[mode])
 
 
 @pytest.mark.parametrize("cfg", GEMV, ids=[c.name for c in GEMV])
@@ -87,7 +60,7 @@ def test_a_row_bits_do_not_depend_on_other_rows_or_its_place(cuda_device, cfg, m
     random and whose padding rows hold NaN."""
     k, n = 2880, 64
     one = _case(mode, k, n, [1], 52, torch.float32, cuda_device)
-    _run(one, mode, cfg)
+    _run(one, mode, CLAMP[mode], cfg)
     ref = one["out"][0].clone()
     for place in (3, 8 + 5, GEMV_ROWS + 2):
         many = _case(mode, k, n, [40], 53 + place, torch.float32, cuda_device)
@@ -95,18 +68,19 @@ def test_a_row_bits_do_not_depend_on_other_rows_or_its_place(cuda_device, cfg, m
         many["a"][place] = one["a"][0]
         many["pre"][place], many["scale"][place] = one["pre"][0], one["scale"][0]
         many["a"][40:] = float("nan")
-        _run(many, mode, cfg)
+        _run(many, mode, CLAMP[mode], cfg)
         assert same_bits(many["out"][place], ref), f"row at place {place} differs"
 
 
 @pytest.mark.parametrize("cfg", GEMV, ids=[c.name for c in GEMV])
 def test_the_checker_catches_a_k_permutation_of_a_alone(cuda_device, cfg) -> None:
     """The GEMV permutes K inside each 128-element step, the same way for A and B; if A's
-    halves were swapped and B's not, every row would be wrong: ``_worst`` must say so."""
+    halves were swapped and B's not, every row would be wrong: the row check must say so."""
     case = _case("plain", 2048, 64, [5, 20], 54, torch.float32, cuda_device)
     a = case["a"]
     m_cap, k = a.shape
     steps = a.view(m_cap, k // STEP_K, 2, STEP_K // 2)
     swapped = steps.flip(2).reshape(m_cap, k).contiguous()
-    _run(case, "plain", cfg, a=swapped)
-    assert _worst(case, "plain") > BF16_TOL
+    _run(dict(case, a=swapped), "plain", None, cfg)  # writes case["out"]
+    with pytest.raises(AssertionError, match="relative L2"):
+        _check(case, "plain", None)  # against the rows of the unswapped a
