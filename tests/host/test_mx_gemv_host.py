@@ -26,7 +26,8 @@ from megamoe.experts.mxfp4_gemm_kernel import (
     mx_default_config,
 )
 from megamoe.layer import LayerConfig, MoELayer
-from tests.layer_check import layer_weights
+from tests.host.test_layer_host import INTER, E, H, K
+from tests.host.test_layer_host import _layer as host_layer
 from tests.mxfp4_case import make_mxfp4_case
 
 DEEPSEEK = {"fc1": (4096, 7168), "fc2": (7168, 2048)}  # (N, K)
@@ -53,9 +54,7 @@ def test_formats_without_a_gemv_never_get_one(weights: str) -> None:
 
 
 def _layer(recipe: str, capacity: int) -> MoELayer:
-    e, k, h, i = 4, 2, 256, 128
-    w13, w2 = layer_weights(1, e, h, i)
-    return MoELayer(LayerConfig(e, k, h, i, capacity, recipe=recipe), w13, w2, "cpu")
+    return host_layer(LayerConfig(E, K, H, INTER, capacity, recipe=recipe))[0]
 
 
 @pytest.mark.parametrize(("recipe", "capacity", "gemv"), [
