@@ -2,6 +2,8 @@
 #   run(command="bash devtools/device_qualify.sh single", carry=[".whl"], timeout_s=600)
 #   run(command="bash devtools/device_qualify.sh sanitize", carry=[".whl"], timeout_s=400)
 #   run(command="bash devtools/device_qualify.sh sanitize racecheck", ...)  (one tool again)
+#   run(command="bash devtools/device_qualify.sh single 1/2", ...), then "single 2/2": the
+#   suite in shards, one device call each (tests.harness.shard; the ledger needs every shard)
 # A call returns at most 8 files from $OUT; qualify.py writes one log and one JUnit report
 # per suite or sanitized case (the sanitize suite about 25 per tool), so everything is
 # written under /tmp and $OUT gets: records/<suggested_record_name> (the records to commit
@@ -12,9 +14,13 @@
 # in the six qualifications before session 28 under a 480 s limit, and in session 28 its
 # xdist phase alone 427 s on 8 workers, past it (docs/perf.md "Session 28"); session 29 on
 # 12 workers: xdist phase 403 s, alone phase 60 s, 469 s in all.
-# sanitize: the compute-sanitizer tools (tests.suites.SANITIZER_TOOLS) in parallel.
+# Session 32: 657 tests, 5 600 s of test time; on 12 workers the xdist phase took 490 s and
+# the suite's 560 s cut the alone phase off: run it in shards (single 1/2, single 2/2).
+# sanitize: the compute-sanitizer tools (tests.suites.SANITIZER_TOOLS) in parallel, each
+# under MEGAMOE_SANITIZE_TIMEOUT s (default 420; session 32: racecheck passed 280 s with 15
+# cases, the other three finished inside it).
 set -u
-what=${1:?usage: bash devtools/device_qualify.sh single|sanitize [tool]}
+what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool]}
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
@@ -24,10 +30,12 @@ rm -rf "$Q"
 mkdir -p /tmp/cc "$Q" "$OUT/records"
 case "$what" in
   single)
+    shard=()
+    if [ -n "${2:-}" ]; then shard=(--shard "$2"); fi
     python3 qualify.py --suite single --require-arch sm_90 --workers "${MEGAMOE_SINGLE_WORKERS:-12}" \
-      --timeout "${MEGAMOE_SINGLE_TIMEOUT:-560}" \
+      --timeout "${MEGAMOE_SINGLE_TIMEOUT:-560}" "${shard[@]}" \
       --output-dir "$Q/single" > "$Q/single.log" 2>&1
-    echo "single rc=$?" >> "$Q/rc.txt" ;;
+    echo "single ${2:-} rc=$?" >> "$Q/rc.txt" ;;
   sanitize)
     tools=$(python3 -c "from tests.suites import SANITIZER_TOOLS; print(*SANITIZER_TOOLS)") \
       || { echo "cannot read the sanitizer tools (tests.suites)"; exit 1; }
@@ -36,7 +44,7 @@ case "$what" in
     fi
     for t in $tools; do
       (python3 qualify.py --suite sanitize --sanitizer-tool "$t" --require-arch sm_90 \
-         --timeout 280 --output-dir "$Q/san-$t" > "$Q/san-$t.log" 2>&1
+         --timeout "${MEGAMOE_SANITIZE_TIMEOUT:-420}" --output-dir "$Q/san-$t" > "$Q/san-$t.log" 2>&1
        echo "$t rc=$?" >> "$Q/rc.txt") &
     done
     wait ;;

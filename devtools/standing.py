@@ -19,8 +19,10 @@ routes, ``T``):
    for ``T >= RATE_MIN_TOKENS``.
 
 A column is one arm on one model shape (sorted by recipe, then shape, as docs/perf.md has
-them); records are read in the order given and the first record that holds a column gives it (so the bf16 column comes from the first quantized
-record named). Cases a record lacks print as ``-``. The records are the JSON the benchmark
+them); records are read in the order given and the first record that holds a cell (one
+column's case) gives it, so a run of a few cases named first supersedes just those cells of
+an older full run named after it (and a bf16 cell comes from the first quantized record
+holding it). Cases no record holds print as ``-``. The records are the JSON the benchmark
 writes (``megamoe.bench``; docs/perf.md keeps them gzipped beside the reports).
 """
 
@@ -112,25 +114,23 @@ def _medians(record: dict) -> dict[tuple[str, str], tuple[float, str | None]]:
 
 
 def cells(records: Sequence[dict]) -> dict[Column, dict[tuple[str, int], Cell]]:
-    """Every column's cells, ``(routes, T) -> Cell``; the first record holding a column
-    gives all of it."""
+    """Every column's cells, ``(routes, T) -> Cell``; the first record holding a cell gives
+    it."""
     out: dict[Column, dict[tuple[str, int], Cell]] = {}
     for record in records:
         speed = _medians(record)
-        found: dict[Column, dict[tuple[str, int], Cell]] = {}
         rows: list[Bound] = bounds(record)
         for b in rows:
             if b.arm == TORCH_ARM:
                 continue
             shape, routes, tokens = split_case(b.case)
-            col = Column(b.arm, shape)
-            if col in out:
+            column = out.setdefault(Column(b.arm, shape), {})
+            if (routes, tokens) in column:
                 continue
             ratio, verdict = speed.get((b.case, b.arm), (None, None))
             rate = None if b.ceiling == "copy_bw" else b.ceiling
-            found.setdefault(col, {})[(routes, tokens)] = Cell(
-                ratio, verdict, b.seconds / b.bound_s, b.achieved, b.attainable, rate)
-        out.update(found)
+            column[(routes, tokens)] = Cell(ratio, verdict, b.seconds / b.bound_s, b.achieved,
+                                            b.attainable, rate)
     return out
 
 

@@ -7,9 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.harness.shard import parse_shard
 from tests.suites import SANITIZER_TOOLS
 
 SUITE_CHOICES = ("host", "single", "multi", "sanitize", "gpu", "all")
+SHARDED_SUITES = ("single",)
+"""Suites ``--shard`` may split (``tests.harness.shard``; the ledger joins their shards)."""
 """``gpu``: what a kernel change needs on one GPU (the ledger's records): ``single``, then
 the four sanitizer tools at once; ``all``: ``host``, ``single``, ``multi``, then the tools."""
 WORLD_SIZES = (2, 4, 8)
@@ -28,6 +31,8 @@ class QualifyArgs:
     require_arch: str | None
     check_ledger: bool
     workers: int = 1
+    shard: str | None = None
+    """``I/N``: only shard I of N of the suite's tests (``tests.harness.shard``)."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -41,6 +46,7 @@ class QualifyArgs:
             "require_arch": self.require_arch,
             "check_ledger": self.check_ledger,
             "workers": self.workers,
+            "shard": self.shard,
         }
 
 
@@ -67,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="exclusive GPU suites (single, multi emulated): run the tests not marked "
                     "'timing' in this many pytest-xdist workers, then the 'timing' tests alone "
                     "(recorded; default 1: one process)")
+    ap.add_argument("--shard", metavar="I/N",
+                    help=f"{' or '.join(SHARDED_SUITES)}: run shard I of N of the tests (the ledger "
+                    "needs passing records of all N shards; tests.harness.shard)")
     ap.add_argument("--check-ledger", action="store_true",
                     help="CI gate: kernel sources must have a passing committed GPU record")
     return ap
@@ -86,5 +95,14 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
         ap.error(f"--timeout must be > 0 seconds, got {ns.timeout}")
     if ns.workers < 1:
         ap.error(f"--workers must be >= 1, got {ns.workers}")
+    shard = None
+    if ns.shard is not None:
+        if ns.suite not in SHARDED_SUITES:
+            ap.error(f"--shard: only for --suite {' or '.join(SHARDED_SUITES)}, got --suite "
+                     f"{ns.suite}")
+        try:
+            shard = parse_shard(ns.shard).text
+        except ValueError as err:
+            ap.error(f"--{err}")
     return QualifyArgs(ns.suite, ns.output_dir, ns.world_size, ns.mode, ns.filter, ns.timeout,
-                       ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers)
+                       ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers, shard)

@@ -12,8 +12,12 @@ line saying so.
 A record counts for a requirement when its JSON has ``kind == RECORD_KIND``, a
 ``suites`` entry with the requirement's name (and, for ``sanitize``, its
 ``tool``) and status ``pass``, no ``--filter`` (a filtered run does not cover
-the suite), at least one GPU in its environment, and
-``source_hashes.kernel.digest`` equal to the current digest.
+the suite), no ``--shard``, at least one GPU in its environment, and
+``source_hashes.kernel.digest`` equal to the current digest. A suite run in shards
+(``qualify.py --shard I/N``, ``tests.harness.shard``) counts when records of all ``N``
+shards pass on the current kernel digest with one and the same test-source digest
+(``source_hashes.tests``: the shards then partition one and the same collection); a shard
+alone never counts.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness.hashing import diff_files, hash_group, kernel_modules
+from tests.harness.shard import parse_shard
 from tests.suites import SANITIZER_TOOLS
 
 LEDGER_DIR = "docs/qualification"
@@ -63,8 +68,15 @@ def load_records(root: Path) -> list[tuple[Path, dict]]:
 
 
 def passes_suite(record: dict, suite: str, tool: str | None = None) -> bool:
-    """True when ``record`` holds a passing, unfiltered GPU run of ``suite`` (for
+    """True when ``record`` holds a passing, unfiltered, unsharded GPU run of ``suite`` (for
     ``sanitize``: of ``tool``)."""
+    if record.get("arguments", {}).get("shard"):
+        return False
+    return _passes(record, suite, tool)
+
+
+def _passes(record: dict, suite: str, tool: str | None = None) -> bool:
+    """``passes_suite`` without the shard rule."""
     gpus = record.get("environment", {}).get("gpus") or []
     if record.get("arguments", {}).get("filter"):
         return False
@@ -73,6 +85,31 @@ def passes_suite(record: dict, suite: str, tool: str | None = None) -> bool:
         and (tool is None or s.get("tool") == tool)
         for s in record.get("suites", [])
     )
+
+
+def _digest(record: dict, group: str) -> object:
+    return record.get("source_hashes", {}).get(group, {}).get("digest")
+
+
+def shard_set(records: list[tuple[Path, dict]], suite: str, digest: str) -> list[Path] | None:
+    """The records of a complete set of passing shards of ``suite`` on kernel ``digest``
+    (module docstring), the latest set when there are several; None when no set is
+    complete."""
+    sets: dict[tuple[int, object], dict[int, Path]] = {}
+    for path, record in records:
+        text = record.get("arguments", {}).get("shard")
+        if not text or _digest(record, "kernel") != digest or not _passes(record, suite):
+            continue
+        try:
+            shard = parse_shard(str(text))
+        except ValueError:
+            continue
+        sets.setdefault((shard.count, _digest(record, "tests")), {})[shard.index] = path
+    complete = [paths for (count, _), paths in sets.items() if len(paths) == count]
+    if not complete:
+        return None
+    latest = max(complete, key=lambda paths: max(str(p) for p in paths.values()))
+    return [latest[i] for i in sorted(latest)]
 
 
 def multi_tests_exist(root: Path) -> bool:
@@ -108,6 +145,11 @@ def check_ledger(root: Path) -> LedgerResult:
                  if r.get("source_hashes", {}).get("kernel", {}).get("digest") == current.digest]
         if match:
             lines.append(f"ledger: {label}: qualified by {match[-1].relative_to(root)}")
+            continue
+        shards = shard_set(records, req.suite, current.digest) if req.tool is None else None
+        if shards:
+            lines.append(f"ledger: {label}: qualified by {len(shards)} shards: "
+                         + ", ".join(str(p.relative_to(root)) for p in shards))
             continue
         ok = False
         lines.append(f"ledger: {label}: FAIL: no passing '{label}' record in {LEDGER_DIR}/ for "

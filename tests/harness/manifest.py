@@ -29,10 +29,14 @@ def utc_now() -> str:
 
 
 def record_name(record: dict) -> str:
-    """``<date>_<suites>_<kernel digest[:12]>.json``: unique per run and readable."""
+    """``<date>_<suites>_<kernel digest[:12]>.json``: unique per run and readable (a shard
+    ``I/N`` of a suite is ``<suite>-shardIofN``)."""
     stamp = str(record.get("finished_at", utc_now())).replace(":", "").replace("-", "")
+    shard = record.get("arguments", {}).get("shard")
+    part = f"-shard{shard.replace('/', 'of')}" if shard else ""
     suites = "-".join(
-        s["name"] + (f"-{s['tool']}" if s.get("tool") else "") for s in record.get("suites", [])
+        s["name"] + (f"-{s['tool']}" if s.get("tool") else "") + part
+        for s in record.get("suites", [])
     ) or "none"
     digest = str(record.get("source_hashes", {}).get("kernel", {}).get("digest", "nohash"))[:12]
     return f"{stamp}_{suites}_{digest}.json"

@@ -154,7 +154,7 @@ def main(
         print(f"qualify.py: refused; record written to {path}", file=sys.stderr)
         return EXIT_PREFLIGHT
     ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size, args.mode,
-                     neighbour_watch, args.workers)
+                     neighbour_watch, args.workers, args.shard)
     with terminate_groups_on_signals():
         runs = execute(plan, lambda name, tool: run_one(name, tool, ctx, suites, coverage))
     status = overall_status(runs)

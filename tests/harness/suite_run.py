@@ -26,6 +26,7 @@ from pathlib import Path
 from tests.harness.gpu_neighbours import NeighbourReport, NeighbourWatch, judge_exclusive
 from tests.harness.junit import JUnitCounts, parse_junit, parse_many
 from tests.harness.runner import run_process
+from tests.harness.shard import SHARD_OPTION, SHARD_PLUGIN
 from tests.harness.strict import STATUS_FAIL, STATUS_PASS, STATUS_TIMEOUT, strict_verdict
 from tests.suites import PYTEST_NO_TESTS_COLLECTED, SanitizerCoverage, Suite
 
@@ -43,6 +44,8 @@ class RunContext:
     """Makes the watch an ``exclusive_gpu`` suite runs under (injectable for tests)."""
     workers: int = 1
     """``--workers``: pytest-xdist workers for an exclusive suite's non-timing tests."""
+    shard: str | None = None
+    """``--shard I/N``: the pytest runs load ``shard_plugin`` and keep shard I of N."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ def _pytest_args(suite: Suite, ctx: RunContext) -> list[str]:
     args = ["-p", "no:cacheprovider"]
     if ctx.filter:
         args += ["-k", ctx.filter]
+    if ctx.shard:
+        args += ["-p", SHARD_PLUGIN, f"{SHARD_OPTION}={ctx.shard}"]
     return args
 
 

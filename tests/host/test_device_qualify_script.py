@@ -157,3 +157,31 @@ def test_the_single_suite_gets_a_limit_that_fits_one_device_call(tmp_path,
     argv = _single_argv(out)
     assert argv[argv.index("--timeout") + 1] == "300"
     assert argv[argv.index("--workers") + 1] == "8"
+
+
+def test_a_shard_of_single_reaches_qualify(tmp_path) -> None:
+    """``single 1/2``: the suite in shards, one device call each (``tests.harness.shard``)."""
+    rc, out = _run(tmp_path, "single", tool="1/2")
+    assert rc == 0
+    argv = _single_argv(out)
+    assert argv[argv.index("--shard") + 1] == "1/2"
+    rc, out = _run(tmp_path, "single", out_name="whole")
+    assert rc == 0 and "--shard" not in _single_argv(out)
+
+
+def test_the_sanitizer_tools_get_a_limit_that_fits_one_device_call(tmp_path,
+                                                                   monkeypatch) -> None:
+    """Session 32: racecheck's 15 cases passed the old 280 s; the default leaves the prelude
+    and the copies inside one call, and the knob reaches ``qualify.py``."""
+    monkeypatch.delenv("MEGAMOE_SANITIZE_TIMEOUT", raising=False)
+    rc, out = _run(tmp_path, "sanitize", out_name="default")
+    assert rc == 0
+    for rec in (out / "records").iterdir():
+        argv = json.loads(rec.read_text())["argv"]
+        assert 280 < float(argv[argv.index("--timeout") + 1]) <= (
+            DEVICE_CALL_LIMIT_S - PRELUDE_AND_COPY_S)
+    rc, out = _run(tmp_path, "sanitize", out_name="knob",
+                   env_extra={"MEGAMOE_SANITIZE_TIMEOUT": "333"})
+    for rec in (out / "records").iterdir():
+        argv = json.loads(rec.read_text())["argv"]
+        assert argv[argv.index("--timeout") + 1] == "333"

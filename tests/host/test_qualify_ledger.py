@@ -40,15 +40,21 @@ def _suite(entry: str, status: str) -> dict:
 
 
 def record(repo: Path, name: str, *suites: str, status: str = "pass", gpus=(H200,),
-           filter: str | None = None) -> Path:
+           filter: str | None = None, shard: str | None = None,
+           tests_digest: str | None = None) -> Path:
+    """A record as qualify.py writes it; ``tests_digest`` overrides the test sources' digest
+    (a shard run on other test sources)."""
+    hashes = {k: v.as_dict() for k, v in source_hashes(repo).items()}
+    if tests_digest is not None:
+        hashes["tests"] = {**hashes["tests"], "digest": tests_digest}
     rec = {
         "kind": RECORD_KIND,
         "schema": 1,
         "finished_at": f"2026-01-01T00:00:{len(list((repo / LEDGER_DIR).iterdir())):02d}Z",
-        "arguments": {"filter": filter},
+        "arguments": {"filter": filter, "shard": shard},
         "environment": {"gpus": list(gpus)},
         "suites": [_suite(s, status) for s in suites],
-        "source_hashes": {k: v.as_dict() for k, v in source_hashes(repo).items()},
+        "source_hashes": hashes,
     }
     path = repo / LEDGER_DIR / name
     path.write_text(json.dumps(rec))
@@ -201,3 +207,50 @@ def test_kernel_digest_changes_with_any_byte(repo: Path) -> None:
     path = repo / "megamoe" / "layer.py"
     path.write_text(path.read_text() + " ")
     assert hash_group(repo, "kernel").digest != before
+
+
+def test_passing_records_of_every_shard_qualify_the_suite(repo: Path) -> None:
+    sanitized(repo)
+    record(repo, "s1.json", "single", shard="1/3")
+    record(repo, "s2.json", "single", shard="2/3")
+    assert not check_ledger(repo).ok  # shard 3 of 3 is missing
+    record(repo, "s3.json", "single", shard="3/3")
+    result = check_ledger(repo)
+    assert result.ok, result.lines
+    assert ("ledger: single: qualified by 3 shards: docs/qualification/s1.json, "
+            "docs/qualification/s2.json, docs/qualification/s3.json") in result.lines
+
+
+@pytest.mark.parametrize(
+    ("second", "why"),
+    [
+        ({"shard": "2/3"}, "shards of different counts are not one set"),
+        ({"shard": "2/2", "status": "fail"}, "a failing shard"),
+        ({"shard": "2/2", "filter": "layer"}, "a filtered shard"),
+        ({"shard": "2/2", "tests_digest": "other"}, "a shard of other test sources"),
+        ({"shard": "1/2"}, "the same shard twice"),
+        ({"shard": "2/2", "gpus": ()}, "a shard run without a GPU"),
+    ],
+)
+def test_an_incomplete_or_mixed_shard_set_does_not_count(repo: Path, second: dict,
+                                                         why: str) -> None:
+    sanitized(repo)
+    record(repo, "s1.json", "single", shard="1/2")
+    record(repo, "s2.json", "single", **second)
+    assert not check_ledger(repo).ok, why
+
+
+def test_a_shard_alone_never_counts_as_the_whole_suite(repo: Path) -> None:
+    sanitized(repo)
+    record(repo, "s1.json", "single", shard="1/2")
+    text = "\n".join(check_ledger(repo).lines)
+    assert "no passing 'single' record exists at all" in text
+
+
+def test_shards_of_older_kernels_do_not_count(repo: Path) -> None:
+    sanitized(repo)
+    record(repo, "s1.json", "single", shard="1/2")
+    record(repo, "s2.json", "single", shard="2/2")
+    (repo / "megamoe" / "staging" / "route_kernel.py").write_text("KERNEL = 2\n")
+    sanitized(repo)
+    assert not check_ledger(repo).ok

@@ -105,12 +105,14 @@ def test_the_rate_table_is_the_achieved_fraction_and_what_the_roofline_allows() 
     assert "uniform T256" not in rate
 
 
-def test_the_first_record_holding_a_column_gives_it() -> None:
+def test_the_first_record_holding_a_cell_gives_it() -> None:
+    """A partial run named first supersedes only its own cells of an older full run."""
     first = _record(_case("uniform", 1, TIMES))
-    later = _record(_case("uniform", 1, {**TIMES, "layer-bf16": 100e-6}))
-    got = standing.cells([first, later])
-    assert got[standing.Column("layer-bf16", "deepseek")][("uniform", 1)].speedup == \
-        pytest.approx(1.5)
+    later = _record(_case("uniform", 1, {**TIMES, "layer-bf16": 100e-6}),
+                    _case("skewed", 4, {**TIMES, "layer-bf16": 100e-6}))
+    got = standing.cells([first, later])[standing.Column("layer-bf16", "deepseek")]
+    assert got[("uniform", 1)].speedup == pytest.approx(1.5)  # the first record's
+    assert got[("skewed", 4)].speedup == pytest.approx(3.0)  # only the later one holds it
 
 
 SPEED_LINE = "| uniform T1 | 1.50x | 2.00x |"
