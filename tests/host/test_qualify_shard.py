@@ -17,16 +17,12 @@ from tests.harness.gpu_neighbours import NeighbourReport
 from tests.harness.qualify_main import main
 from tests.harness.shard import Shard, in_shard, parse_shard
 from tests.host.test_gpu_neighbours import StubWatch
+from tests.host.test_qualify_workers import throwaway_tree
 from tests.suites import Suite
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = {"index": 0, "name": "NVIDIA H200", "arch": "sm_90", "total_memory_bytes": 1}
 NAMES = [f"t{i}" for i in range(12)]
-CONFTEST = '''\
-def pytest_configure(config):
-    config.addinivalue_line("markers", "timing: reads GPU timings")
-    config.addinivalue_line("markers", "alone: a heavy child process under a deadline")
-'''
 TESTS = "import os, pathlib, pytest\n" + "".join(
     f"def test_{n}(): (pathlib.Path(os.environ['RAN_DIR']) / '{n}').write_text('')\n"
     for n in NAMES) + (
@@ -67,13 +63,8 @@ def test_a_shard_is_only_for_the_single_suite() -> None:
 
 @pytest.fixture()
 def tree(tmp_path: Path, monkeypatch) -> Path:
-    root = tmp_path / "tree"
-    (root / "t").mkdir(parents=True)
-    (root / "t" / "conftest.py").write_text(CONFTEST)
-    (root / "t" / "test_many.py").write_text(TESTS)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the shard plugin, from this checkout
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-    return root
+    return throwaway_tree(tmp_path, monkeypatch, {"test_many.py": TESTS})
 
 
 def _qualify(tree: Path, shard: str, monkeypatch) -> tuple[int, dict, set[str]]:  # type: ignore[no-untyped-def]

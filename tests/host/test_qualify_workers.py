@@ -50,19 +50,26 @@ def test_alone():
 '''
 
 
-@pytest.fixture()
-def tree(tmp_path: Path, monkeypatch) -> Path:
+def throwaway_tree(tmp_path: Path, monkeypatch, files: dict[str, str]) -> Path:  # type: ignore[no-untyped-def]
+    """A suite root with ``t/conftest.py`` (the ``timing`` and ``alone`` markers) and
+    ``files`` (name -> text) under ``t/``."""
     root = tmp_path / "tree"
     (root / "t").mkdir(parents=True)
-    (root / "t" / "conftest.py").write_text(CONFTEST)
-    (root / "t" / "test_fast.py").write_text(FAST)
-    (root / "t" / "test_timed.py").write_text(TIMED)
-    (root / "t" / "test_alone.py").write_text(ALONE)
+    for name, text in {"conftest.py": CONFTEST, **files}.items():
+        (root / "t" / name).write_text(text)
+    # this test may itself run in an xdist worker: its children must not inherit the mark
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    return root
+
+
+@pytest.fixture()
+def tree(tmp_path: Path, monkeypatch) -> Path:
+    root = throwaway_tree(tmp_path, monkeypatch, {"test_fast.py": FAST,
+                                                  "test_timed.py": TIMED,
+                                                  "test_alone.py": ALONE})
     where = tmp_path / "where"
     where.mkdir()
     monkeypatch.setenv("WHERE_DIR", str(where))
-    # this test may itself run in an xdist worker: its children must not inherit the mark
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     return root
 
 
