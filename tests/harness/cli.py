@@ -11,10 +11,10 @@ from tests.harness.shard import parse_shard
 from tests.suites import SANITIZER_TOOLS
 
 SUITE_CHOICES = ("host", "single", "multi", "sanitize", "gpu", "all")
-SHARDED_SUITES = ("single",)
-"""Suites ``--shard`` may split (``tests.harness.shard``; the ledger joins their shards)."""
 """``gpu``: what a kernel change needs on one GPU (the ledger's records): ``single``, then
 the four sanitizer tools at once; ``all``: ``host``, ``single``, ``multi``, then the tools."""
+SHARDED_SUITES = ("single",)
+"""Suites ``--shard`` may split (``tests.harness.shard``; the ledger joins their shards)."""
 WORLD_SIZES = (2, 4, 8)
 MODES = ("real", "emulated")
 

@@ -154,6 +154,12 @@ def check_ledger(root: Path) -> LedgerResult:
         ok = False
         lines.append(f"ledger: {label}: FAIL: no passing '{label}' record in {LEDGER_DIR}/ for "
                      f"kernel-source digest {current.digest[:16]}")
+        partial = sorted({str(r["arguments"]["shard"]) for _, r in records
+                          if r.get("arguments", {}).get("shard") and req.tool is None
+                          and _digest(r, "kernel") == current.digest and _passes(r, req.suite)})
+        if partial:
+            lines.append(f"ledger: {label}: passing shards of this digest: {', '.join(partial)} "
+                         "(every shard of one count is needed)")
         if not passing:
             lines.append(f"ledger: {label}: no passing '{label}' record exists at all")
             continue

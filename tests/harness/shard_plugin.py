@@ -20,8 +20,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not text:
         return
     shard = parse_shard(text)
-    keep = [item for item in items if in_shard(item.nodeid, shard)]
-    drop = [item for item in items if not in_shard(item.nodeid, shard)]
+    keep, drop = [], []
+    for item in items:
+        (keep if in_shard(item.nodeid, shard) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep

@@ -245,6 +245,7 @@ def test_a_shard_alone_never_counts_as_the_whole_suite(repo: Path) -> None:
     record(repo, "s1.json", "single", shard="1/2")
     text = "\n".join(check_ledger(repo).lines)
     assert "no passing 'single' record exists at all" in text
+    assert "passing shards of this digest: 1/2 (every shard of one count is needed)" in text
 
 
 def test_shards_of_older_kernels_do_not_count(repo: Path) -> None:
