@@ -58,6 +58,13 @@ def add_variants(weights: str, names: list[str]) -> None:
     mk.CONFIGS_BY_FORMAT[weights] = (*mk.CONFIGS_BY_FORMAT[weights], *extra)
 
 
+def gemms(s) -> tuple[tuple[str, str, int, int, torch.dtype], ...]:  # type: ignore[no-untyped-def]
+    """The layer's two GEMMs of shape ``s`` as these scripts run them: (name, mode, N, K,
+    output dtype), FC1 with float32 output, FC2 with bf16."""
+    return (("fc1", "swiglu", 2 * s.inter, s.hidden, torch.float32),
+            ("fc2", "plain", s.hidden, s.inter, torch.bfloat16))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", nargs="+", required=True)
@@ -88,8 +95,7 @@ def main() -> None:
                           for e in range(active)]).to(dev)
         seg, cnt = seg_h.to(dev), counts.to(dev)
         gen = torch.Generator(device=dev).manual_seed(5)
-        for gemm, mode, n, k, odt in (("fc1", "swiglu", 2 * s.inter, s.hidden, torch.float32),
-                                      ("fc2", "plain", s.hidden, s.inter, torch.bfloat16)):
+        for gemm, mode, n, k, odt in gemms(s):
             b = _weights(args.weights, s.experts, n, k, dev)
             a = torch.randn(m_cap, k, generator=gen, device=dev).to(torch.bfloat16)
             times, ref, same = [], None, []

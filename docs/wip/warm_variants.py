@@ -1,6 +1,6 @@
 """Compile MX GEMM variants into the CuTe DSL's disk cache (``CUTE_DSL_CACHE_DIR``) without
 allocating any weights: FC1 (``swiglu``, float32 out) and FC2 (``plain``, bf16 out) of a
-shape, as ``exp_decode_depth.py`` and ``megamoe.bench.mx_gemm`` run them, so a timed run
+shape, as ``exp_decode_depth.py`` runs them (its ``gemms``), so a timed run
 after it loads instead of compiling. One process per variant, many at once:
 
     PYTHONPATH=. python3 docs/wip/warm_variants.py --weights mxfp4 --shape deepseek \
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from exp_decode_depth import gemms  # this script's sibling (docs/wip/ is sys.path[0])
 
 from megamoe.bench.benchmarks.layer import SHAPES
 from megamoe.bench.mx_gemm import variants
@@ -26,8 +27,7 @@ def main() -> None:
     args = ap.parse_args()
     s, by_name, dev = SHAPES[args.shape], variants(args.weights), torch.device("cuda")
     for name in args.configs:
-        for mode, n, k, odt in (("swiglu", 2 * s.inter, s.hidden, torch.float32),
-                                ("plain", s.hidden, s.inter, torch.bfloat16)):
+        for _, mode, n, k, odt in gemms(s):
             api.warmup(mode, n, k, dev, by_name[name], weights=args.weights, out_dtype=odt)
         print(f"{args.weights} {args.shape} {name}: compiled", flush=True)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness.hashing import diff_files, hash_group, kernel_modules
-from tests.harness.shard import parse_shard
+from tests.harness.shard import Shard, parse_shard
 from tests.suites import SANITIZER_TOOLS
 
 LEDGER_DIR = "docs/qualification"
@@ -91,20 +91,29 @@ def _digest(record: dict, group: str) -> object:
     return record.get("source_hashes", {}).get(group, {}).get("digest")
 
 
-def shard_set(records: list[tuple[Path, dict]], suite: str, digest: str) -> list[Path] | None:
-    """The records of a complete set of passing shards of ``suite`` on kernel ``digest``
-    (module docstring), the latest set when there are several; None when no set is
-    complete."""
-    sets: dict[tuple[int, object], dict[int, Path]] = {}
+def passing_shards(records: list[tuple[Path, dict]], suite: str,
+                   digest: str) -> list[tuple[Shard, object, Path]]:
+    """``(shard, test-source digest, path)`` of every passing shard record of ``suite`` on
+    kernel ``digest``, in record order."""
+    out = []
     for path, record in records:
         text = record.get("arguments", {}).get("shard")
         if not text or _digest(record, "kernel") != digest or not _passes(record, suite):
             continue
         try:
-            shard = parse_shard(str(text))
+            out.append((parse_shard(str(text)), _digest(record, "tests"), path))
         except ValueError:
             continue
-        sets.setdefault((shard.count, _digest(record, "tests")), {})[shard.index] = path
+    return out
+
+
+def shard_set(records: list[tuple[Path, dict]], suite: str, digest: str) -> list[Path] | None:
+    """The records of a complete set of passing shards of ``suite`` on kernel ``digest``
+    (module docstring), the latest set when there are several; None when no set is
+    complete."""
+    sets: dict[tuple[int, object], dict[int, Path]] = {}
+    for shard, tests, path in passing_shards(records, suite, digest):
+        sets.setdefault((shard.count, tests), {})[shard.index] = path
     complete = [paths for (count, _), paths in sets.items() if len(paths) == count]
     if not complete:
         return None
@@ -141,8 +150,7 @@ def check_ledger(root: Path) -> LedgerResult:
     for req in requirements(root):
         label = req.label
         passing = [(p, r) for p, r in records if passes_suite(r, req.suite, req.tool)]
-        match = [p for p, r in passing
-                 if r.get("source_hashes", {}).get("kernel", {}).get("digest") == current.digest]
+        match = [p for p, r in passing if _digest(r, "kernel") == current.digest]
         if match:
             lines.append(f"ledger: {label}: qualified by {match[-1].relative_to(root)}")
             continue
@@ -154,9 +162,8 @@ def check_ledger(root: Path) -> LedgerResult:
         ok = False
         lines.append(f"ledger: {label}: FAIL: no passing '{label}' record in {LEDGER_DIR}/ for "
                      f"kernel-source digest {current.digest[:16]}")
-        partial = sorted({str(r["arguments"]["shard"]) for _, r in records
-                          if r.get("arguments", {}).get("shard") and req.tool is None
-                          and _digest(r, "kernel") == current.digest and _passes(r, req.suite)})
+        partial = sorted({shard.text for shard, _, _ in passing_shards(
+            records, req.suite, current.digest)}) if req.tool is None else []
         if partial:
             lines.append(f"ledger: {label}: passing shards of this digest: {', '.join(partial)} "
                          "(every shard of one count is needed)")

@@ -175,13 +175,14 @@ def test_the_sanitizer_tools_get_a_limit_that_fits_one_device_call(tmp_path,
     and the copies inside one call, and the knob reaches ``qualify.py``."""
     monkeypatch.delenv("MEGAMOE_SANITIZE_TIMEOUT", raising=False)
     rc, out = _run(tmp_path, "sanitize", out_name="default")
-    assert rc == 0
+    assert rc == 0 and len(list((out / "records").iterdir())) == len(SANITIZER_TOOLS)
     for rec in (out / "records").iterdir():
         argv = json.loads(rec.read_text())["argv"]
         assert 280 < float(argv[argv.index("--timeout") + 1]) <= (
             DEVICE_CALL_LIMIT_S - PRELUDE_AND_COPY_S)
     rc, out = _run(tmp_path, "sanitize", out_name="knob",
                    env_extra={"MEGAMOE_SANITIZE_TIMEOUT": "333"})
+    assert rc == 0 and len(list((out / "records").iterdir())) == len(SANITIZER_TOOLS)
     for rec in (out / "records").iterdir():
         argv = json.loads(rec.read_text())["argv"]
         assert argv[argv.index("--timeout") + 1] == "333"
