@@ -1,7 +1,7 @@
-"""Decode-batch grouped GEMM with MXFP4 weights on warp-level MMAs (Hopper, sm_90a).
+"""Decode-batch grouped GEMM with block-scaled weights on warp-level MMAs (Hopper, sm_90a).
 
-The same contract as ``mxfp4_gemm_kernel`` (its module docstring; CONTRACTS.md s4 MXFP4, s5,
-s8): the grouped raster over ``TILE_M``-row segment tiles, both modes and epilogues
+The same contract as ``mxfp4_gemm_kernel`` (its module docstring; CONTRACTS.md s4 MXFP4,
+MXFP8, NVFP4, s5, s8), for its three weight formats (``GEMV_FORMATS``): the grouped raster over ``TILE_M``-row segment tiles, both modes and epilogues
 (``swiglu_act`` / ``plain_value``, shared with every other variant), float32 or bf16 output,
 rows outside the live segments never written, every element of ``b`` decoded exactly to the
 bf16 the oracle's float32 dequant rounds to (``packed_decode``), never stored in any other
@@ -15,14 +15,16 @@ K in sequence behind one decode warpgroup; docs/perf.md "Where the layer stands"
 - its ``cfg.gemv_warps`` warps split K: 128-element steps (``STEP_K``; a 64-element last
   step where ``K`` is not a multiple of 128) go round robin to the warps, and each warp
   loads, decodes and multiplies its steps with no shared memory, fence or barrier: lane
-  ``(g, t)`` (``warp_mma``'s fragment names) loads 16 bytes of codes of each of its two
-  weight rows and one scale byte each (one 32-element MX block), decodes them into the A
-  registers, and loads 64 bytes of each live token row's activations into the B registers.
+  ``(g, t)`` (``warp_mma``'s fragment names) loads the 32 elements of each of its two weight
+  rows (16 bytes of E2M1 codes or 32 of E4M3) and their scale bytes (one MX block, two
+  NVFP4 blocks), decodes them into the A registers, and loads 64 bytes of each live token
+  row's activations into the B registers.
   The reduction index ``k`` of the MMA is a fixed permutation of the step's elements, the
   same for A and B, so each MMA sums exactly the products of one weight row and one token;
 - the warps' float32 partial sums meet in shared memory and warp 0 adds them in warp order
   and runs the epilogue;
-- the grid is persistent (at most ``GEMV_SMS * GEMV_THREADS_PER_SM`` threads): CTA ``b``
+- the grid is persistent (at most ``GEMV_WAVES`` waves of ``GEMV_SMS * GEMV_THREADS_PER_SM``
+  threads): CTA ``b``
   takes tiles ``b, b + grid, ...`` of the live tiles (``live_m_tiles`` x ``N / 16``), so a
   batch with few live experts does not pay for the CTAs a grid over the whole route capacity
   would launch dead (the layer's one-expert FC2 at DeepSeek T = 16: 57 344 CTAs, 38.7 us
@@ -59,10 +61,10 @@ from megamoe.experts.grouped_gemm_kernel import (
     plain_value,
     swiglu_act,
 )
-from megamoe.experts.packed_decode import bf16_pair, bf16x2_mul, e2m1_word_bf16x2
+from megamoe.experts.packed_decode import e2m1_word_scaled, e4m3_word_scaled, scale_pair
 from megamoe.experts.warp_mma import MMA_M, MMA_N, mma_bf16_m16n8k16
 from megamoe.pdl import PDL, await_inputs
-from megamoe.staging.dsl_bits import e8m0_to_float, f2i
+from megamoe.staging.constants import MX_BLOCK, NVFP4_BLOCK
 
 GEMV_TILE_N = MMA_M
 """Weight rows (output columns; FC1: 8 SwiGLU outputs) per CTA."""
@@ -70,20 +72,31 @@ GEMV_GROUPS = 2
 """8-token MMA columns a pass multiplies: the live rows are taken ``GEMV_ROWS`` at a time."""
 GEMV_ROWS = GEMV_GROUPS * MMA_N
 STEP_K = 128
-"""Elements of K one warp step covers: 32 per lane quad position, one MX block each."""
+"""Elements of K one warp step covers: 32 per lane quad position."""
 LANE_K = STEP_K // 4
-"""Elements of one weight row a lane decodes per step (16 bytes of codes, one scale byte)."""
-MX_BLOCK_K = 32
-"""Elements per E8M0 scale byte along K."""
-GEMV_WEIGHTS = ("mxfp4",)
-GEMV_SMS = 132
-"""SMs of the H100 / H200 SXM: the persistent grid is ``GEMV_SMS * GEMV_THREADS_PER_SM``
-threads' worth of CTAs (fewer when there are fewer tiles). Only a width: on a GPU with
-fewer SMs the extra CTAs wait for a second wave, with the same bits."""
-GEMV_THREADS_PER_SM = 768
-"""Threads of the GEMV resident per SM: ptxas gives it 80 registers a thread (sm_90a), so
-six 128-thread CTAs (three of 256) fit in the 64 Ki registers of an SM."""
+"""Elements of one weight row a lane decodes per step: 16 bytes of E2M1 codes or 32 of
+E4M3, and their one (MX) or two (NVFP4) scale bytes."""
+GEMV_FORMATS = {"mxfp4": (4, MX_BLOCK, False), "nvfp4": (4, NVFP4_BLOCK, True),
+                "mxfp8": (8, MX_BLOCK, False)}
+"""Per weight format with a GEMV variant: (bits per element, elements per scale byte,
+whether the scale bytes are E4M3 rather than E8M0)."""
+GEMV_WEIGHTS = tuple(GEMV_FORMATS)
 """The weight formats with a GEMV variant."""
+GEMV_SMS = 132
+"""SMs of the H100 / H200 SXM: the persistent grid is ``GEMV_WAVES`` waves of ``GEMV_SMS
+* GEMV_THREADS_PER_SM`` threads' worth of CTAs (fewer when there are fewer tiles). Only a
+width: on a GPU with fewer SMs the extra CTAs wait longer, with the same bits."""
+GEMV_THREADS_PER_SM = 768
+"""Threads of the GEMV resident per SM: ptxas gives the FP4 formats 70-80 registers a thread
+(sm_90a), so six 128-thread CTAs (three of 256) fit in the 64 Ki registers of an SM (MXFP8:
+112, four CTAs; with ``GEMV_WAVES`` waves the grid outnumbers the resident CTAs either
+way)."""
+GEMV_WAVES = 16
+"""Waves of resident CTAs in the grid: ``GEMV_SMS * GEMV_WAVES`` SMs' worth of
+``GEMV_THREADS_PER_SM``. H200, DeepSeek ``fp8_mxfp4`` layer by stage, forward us at uniform
+T = 1 / 16 and one expert T = 1 / 16 (docs/perf.md "Session 31" item 3b): one wave 147.5 /
+1845 / 42.6 / 55.0, four 132.0 / 1556 / 44.1 / 56.1, eight 132.9 / 1508 / 42.7 / 56.1,
+sixteen 132.7 / 1478 / 43.2 / 57.0, one CTA per tile 133.9 / 1466 / 42.9 / 83.2."""
 
 
 def make_gemv(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool,
@@ -100,14 +113,17 @@ def make_gemv(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool,
     if n % GEMV_TILE_N or k % (STEP_K // 2):
         raise ValueError(f"N, K: expected multiples of ({GEMV_TILE_N}, {STEP_K // 2}), "
                          f"got ({n}, {k})")
+    bits, sblock, e4m3_scales = GEMV_FORMATS[weights]
     swiglu = mode == "swiglu"
     warps = cfg.gemv_warps
     n_out = n // 2 if swiglu else n
     n_tiles = n // GEMV_TILE_N
     full_steps = k // STEP_K
     tail = (k % STEP_K) != 0  # one last step of STEP_K / 2 elements
-    row_bytes = k // 2
-    k_scales = k // MX_BLOCK_K
+    row_words = k * bits // 32
+    k_scales = k // sblock
+    elems_per_word = 32 // bits  # 8 E2M1 codes or 4 E4M3 bytes
+    mmas_per_word = elems_per_word // 4  # an MMA takes 4 elements of a lane's range
     out_type = Float32 if out_f32 else BFloat16
     locate = make_locate(n_tiles, TILE_M)
     part_words = warps * 32 * 4 * GEMV_GROUPS
@@ -119,19 +135,25 @@ def make_gemv(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool,
     @cute.jit
     def load_step(m_q: cute.Tensor, m_s: cute.Tensor, m_a: cute.Tensor, e: Int32,
                   wrow: Int32, kb: Int32, toks: list, oks: list, width: int):
-        """One step's operands of this lane: the codes of its two weight rows from element
-        ``kb`` (``width`` elements: ``LANE_K``, or half of it in the last step), their scale
-        bytes, and each token's ``width`` activations (zeros for a token past the live
-        rows)."""
-        words = width // 8
+        """One step's operands of this lane: the payload words of its two weight rows from
+        element ``kb`` (``width`` elements: ``LANE_K``, or half of it in the last step),
+        their scale bytes (one per block the range touches), and each token's ``width``
+        activations (zeros for a token past the live rows)."""
+        words = width * bits // 32
+        first = kb * bits // 32  # a multiple of 4 whenever ``words`` is
         q = cute.make_rmem_tensor(cute.make_layout((words, 2)), Int32)
         for r in cutlass.range_constexpr(2):
-            if cutlass.const_expr(width == LANE_K):
-                q[None, r].store(m_q[None, kb // LANE_K, wrow + r, e].load())
-            else:
-                for w in cutlass.range_constexpr(words):
-                    q[w, r] = m_q[(kb % LANE_K) // 8 + w, kb // LANE_K, wrow + r, e]
-        sb = [Int32(m_s[kb // MX_BLOCK_K, wrow + r, e]) & 0xFF for r in range(2)]
+            for w in cutlass.range_constexpr(0, words, 4):
+                if cutlass.const_expr(words % 4 == 0):  # 16-byte vectors
+                    vec = m_q[None, first // 4 + w // 4, wrow + r, e].load()
+                    for i in cutlass.range_constexpr(4):
+                        q[w + i, r] = vec[i]
+                else:  # the E2M1 half step: two words
+                    for i in cutlass.range_constexpr(words):
+                        q[i, r] = m_q[(first + i) % 4, (first + i) // 4, wrow + r, e]
+        blocks = max(1, width // sblock)
+        sb = [[scale_pair(Int32(m_s[kb // sblock + i, wrow + r, e]), e4m3_scales)
+               for i in range(blocks)] for r in range(2)]
         vecs = width // 8
         acts = []
         for grp in cutlass.range_constexpr(GEMV_GROUPS):
@@ -146,20 +168,20 @@ def make_gemv(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool,
     @cute.jit
     def mma_step(q: cute.Tensor, sb: list, acts: list, acc: cute.Tensor,
                  live1: cutlass.Boolean, width: int):
-        """Decode the step's codes (exact bf16 times the block scale, one rounding) into
-        the A registers and issue its MMAs into ``acc`` (four float32 per token group): per
-        4 elements ``4j .. 4j+3`` of the lane's range, A rows ``g`` / ``g+8`` = weight rows
-        ``wrow`` / ``wrow + 1`` and B column ``g`` = the lane's token of each group (module
-        docstring). ``live1``: the second token group has a live row (warp-uniform), else
-        its MMAs are skipped."""
-        scales = [bf16_pair(f2i(e8m0_to_float(sb[r])) >> 16) for r in range(2)]
-        for w in cutlass.range_constexpr(width // 8):  # a word: 8 elements, two MMAs
+        """Decode the step's payload (exact bf16 times the block scale, one rounding:
+        ``packed_decode``) into the A registers and issue its MMAs into ``acc`` (four
+        float32 per token group): per 4 elements ``4j .. 4j+3`` of the lane's range, A rows
+        ``g`` / ``g+8`` = weight rows ``wrow`` / ``wrow + 1`` and B column ``g`` = the lane's
+        token of each group (module docstring). ``live1``: the second token group has a
+        live row (warp-uniform), else its MMAs are skipped."""
+        for w in cutlass.range_constexpr(width * bits // 32):
             dec = []
             for r in cutlass.range_constexpr(2):
-                exact = e2m1_word_bf16x2(q[w, r])
-                dec.append([bf16x2_mul(exact[i], scales[r]) for i in range(4)])
-            for h in cutlass.range_constexpr(2):
-                j = 2 * w + h  # the 4-element group of this MMA within the lane's range
+                scale = sb[r][w * elems_per_word // sblock]
+                dec.append(e2m1_word_scaled(q[w, r], scale) if bits == 4
+                           else e4m3_word_scaled(q[w, r], scale))
+            for h in cutlass.range_constexpr(mmas_per_word):
+                j = mmas_per_word * w + h  # the 4-element group of this MMA
                 a = [dec[0][2 * h], dec[1][2 * h], dec[0][2 * h + 1], dec[1][2 * h + 1]]
                 for grp in cutlass.range_constexpr(GEMV_GROUPS):
                     av = acts[grp]
@@ -186,10 +208,9 @@ def make_gemv(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool,
         g = lane // 4
         t = lane % 4
         wrow = pid_n * GEMV_TILE_N + 2 * g
-        # codes as 16-byte vectors of 4 words: (word, 32-element block, row, expert)
+        # the payload as 16-byte vectors of 4 words: (word, vector, row, expert)
         m_q = cute.make_tensor(cute.recast_ptr(q_ptr, dtype=Int32), cute.make_layout(
-            (4, k_scales, n, num_experts),
-            stride=(1, 4, row_bytes // 4, n * (row_bytes // 4))))
+            (4, row_words // 4, n, num_experts), stride=(1, 4, row_words, n * row_words)))
         m_s = cute.make_tensor(wscale_ptr, cute.make_layout(
             (k_scales, n, num_experts), stride=(1, k_scales, n * k_scales)))
         # activations as 16-byte vectors of 4 bf16x2 words: (word, 8-element chunk, row)
@@ -274,7 +295,8 @@ def make_gemv(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool,
         arrive_ptr: cute.Pointer, part_rows: Int32, stream: cuda.CUstream,
     ):
         tiles = (m_cap + (TILE_M - 1)) // TILE_M * n_tiles
-        ctas = cutlass.min(tiles, Int32(GEMV_SMS * GEMV_THREADS_PER_SM // (32 * warps)))
+        ctas = cutlass.min(tiles, Int32(GEMV_SMS * GEMV_WAVES * GEMV_THREADS_PER_SM
+                                        // (32 * warps)))
         kernel(
             a_ptr, q_ptr, wscale_ptr, out_ptr, seg_ptr, cnt_ptr, scale_ptr, pre_ptr, m_cap,
             num_experts, use_scale, use_pre, clamp,

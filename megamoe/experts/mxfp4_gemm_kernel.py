@@ -82,18 +82,14 @@ from megamoe.experts.grouped_gemm_kernel import (
 )
 from megamoe.experts.mx_gemv_kernel import make_gemv
 from megamoe.experts.packed_decode import (
-    E4M3_REBIAS_BF16X2,
-    bf16_pair,
-    bf16x2_mul,
-    e2m1_word_bf16x2,
-    e4m3_pair_bits,
-    has_e4m3_nan,
+    e2m1_word_scaled,
+    e4m3_word_scaled,
     prmt,
+    scale_pair,
 )
 from megamoe.experts.split_k import ARRIVAL_BARRIER_ID, arrive, effective_splits, rows_before
 from megamoe.kernel_registry import register_kernel
 from megamoe.pdl import PDL, await_inputs
-from megamoe.staging.dsl_bits import e4m3_to_float, e8m0_to_float, f2i
 
 ROW_BYTES = {"mxfp4": TILE_K // 2, "mxfp8": TILE_K, "nvfp4": TILE_K // 2}
 """Bytes of a weight row's payload per K tile: packed E2M1 codes, or E4M3 bytes."""
@@ -120,8 +116,6 @@ select of the word and a variable shift (``picked_scales``). Unrolled, MXFP8's d
 slower than ``m64n64s3ws`` at DeepSeek, while a picking loop (session 23's first version)
 was 3-11 % faster at uniform batches; the FP4 formats gain from the unroll (docs/perf.md
 "Session 23")."""
-BF16_NAN_BITS = 0x7FC0
-"""The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 CHUNK = 8
 """bf16 elements per 16-byte chunk: the unit the 128B swizzle moves (and the decode stores)."""
 MXFP4_CONFIGS = (
@@ -196,7 +190,8 @@ no persistent variant), or for a small capacity and a known ``K`` a deeper pipel
 - ``n16gemv4`` (the default for a capacity of at most ``GEMV_MAX_ROWS`` tokens), ``n16gemv8``:
   the decode-batch GEMV on warp-level MMAs (``mx_gemv_kernel``): 16 weight rows per tile,
   four or eight warps splitting K, a persistent grid; no shared-memory pipeline, so a
-  one-expert FC1 at DeepSeek is 256 tiles, not 64 (docs/perf.md "Session 31")."""
+  one-expert FC1 at DeepSeek is 256 tiles, not 64 (docs/perf.md "Session 31"). MXFP8 and
+  NVFP4 compile ``n16gemv4`` too, the default at their ``GEMV_MAX_ROWS``."""
 MXFP8_CONFIGS = (
     KernelConfig(64, 3, tile_m=64, specialized=True),
     KernelConfig(64, 3),
@@ -206,6 +201,7 @@ MXFP8_CONFIGS = (
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True),
     KernelConfig(64, 3, tile_m=64, specialized=True, halves=True),
+    KernelConfig(16, 1, gemv_warps=4),
 )
 """The MXFP8 variants, chosen as ``MXFP4_CONFIGS`` (a stage holds twice the payload bytes:
 ``n64s3`` is the deepest 64-column pipeline that still fits two CTAs per SM at K = 7168).
@@ -237,6 +233,7 @@ NVFP4_CONFIGS = (
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True),
     KernelConfig(64, 6, tile_m=64, specialized=True, halves=True),
     KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True, halves=True, b_tiles=4),
+    KernelConfig(16, 1, gemv_warps=4),
 )
 """The NVFP4 variants, chosen as ``MXFP4_CONFIGS`` (twice the scale bytes of MXFP4 in shared
 memory: fewer stages). ``m64n64s2ws``: the MX formats' 64-row shape with two stages
@@ -308,7 +305,7 @@ choice from the capacity and the expert count, never from a batch's live rows
 (CONTRACTS.md s7)."""
 
 
-GEMV_MAX_ROWS = {"mxfp4": 32}
+GEMV_MAX_ROWS = {"mxfp4": 32, "nvfp4": 32, "mxfp8": 1}
 """Per format: callers whose capacity in tokens (``C``, the most rows one expert can get: an
 expert appears at most once per token, CONTRACTS.md s2) is at most this many get
 ``GEMV_DEFAULT``, the decode-batch GEMV on warp-level MMAs (``mx_gemv_kernel``); formats not
@@ -327,7 +324,19 @@ and lose 70 % at one expert. The whole ``fp8_mxfp4`` layer by stage (``layer_sta
 rule against the same code with it off), forward us: DeepSeek uniform T = 1 / 4 / 16 147.5 /
 473.9 / 1845 against 191.5 / 583.0 / 2158, one expert 42.6 / 44.1 / 55.0 against 75.8 /
 77.2 / 87.2; gpt-oss uniform 57.1 / 143.8 / 486.3 against 84.0 / 212.8 / 722.8, one expert
-32.3 / 33.9 / 38.4 against 59.7 / 60.7 / 63.7."""
+32.3 / 33.9 / 38.4 against 59.7 / 60.7 / 63.7.
+
+NVFP4 and MXFP8 (session 32, the layer's grid for the capacity: ``exp_decode_depth.py
+--layer-mcap``, FC1 / FC2 us, DeepSeek; docs/perf.md "Session 32"): NVFP4's GEMV beats its
+narrow default ``m64n64s4wsrhb4`` in every case measured, uniform T = 1 / 16 / 32 79.1 / 44.8,
+1077 / 618, 2151 / 1237 against 115.7 / 61.5, 1491 / 832, 2967 / 1662, one expert with 1 / 16
+/ 32 rows 18.2 / 10.8, 22.4 / 13.1, 40.4 / 21.7 against 40.3 / 19.5, 41.5 / 27.7, 42.3 / 45.5
+(gpt-oss alike): MXFP4's bound. MXFP8's GEMV wins at one expert (1 / 16 / 32 rows 34.8 / 17.3,
+37.7 / 18.8, 70.5 / 31.6 against 64.0 / 26.4, 66.1 / 28.8, 66.6 / 47.4) but loses to
+``m64n64s4wsrh`` at uniform T = 16 and 32 (2154 / 1113 and 4340 / 2223 against 2049 / 1090 and
+4065 / 2170: the one-byte payload makes the wgmma kernel's stream the better one once many
+experts are live) and wins at T = 1 (154.5 / 77.5 against 159.2 / 80.0): one token, the
+largest capacity where no measured case loses (uniform T = 2-15 not measured)."""
 GEMV_DEFAULT = KernelConfig(16, 1, gemv_warps=4)
 """The GEMV variant the default takes (``GEMV_MAX_ROWS``): four warps split K; eight were
 slower in 12 of 16 cases (the same runs)."""
@@ -595,18 +604,12 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
 
     Storage = mx_storage(cfg, k, weights)
 
-    block_scale = e4m3_to_float if e4m3_scales else e8m0_to_float
-    """A scale byte's value: E4M3 (NVFP4) or E8M0 (the MX formats)."""
-
     words_per_thread = bytes_per_thread // 4
     words_per_chunk = CHUNK // (4 * elems_per_byte)  # fp4: 1 word, fp8: 2 words
 
-    @cute.jit
-    def scale_pair(byte: Int32) -> Int32:
-        """A scale byte (low 8 bits of ``byte``) as its bf16 value in both halves of a word:
-        the scale's float32 bits >> 16 are its bf16 bits exactly (an E8M0 or E4M3 value has
-        at most 4 significant bits)."""
-        return bf16_pair(f2i(block_scale(byte & 0xFF)) >> 16)
+    def block_scale_pair(byte: Int32) -> Int32:
+        """A scale byte of this format as a ``scale_pair`` word."""
+        return scale_pair(byte, e4m3_scales)
 
     @cute.jit
     def decode_start(tidx: Int32):
@@ -625,7 +628,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         ``first``."""
         blk = kt * ktile_scales + first
         # Int32(...) & 0xFF: a Uint8 load widens with its sign bit
-        return [scale_pair(Int32(s_s[wrow, blk + i])) for i in range(thread_blocks)]
+        return [block_scale_pair(Int32(s_s[wrow, blk + i])) for i in range(thread_blocks)]
 
     @cute.jit
     def pack_scales(vec: cute.Tensor, first: Int32) -> list:
@@ -653,13 +656,13 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             word = packed[0]
             for w in cutlass.range_constexpr(1, packed_words):
                 word = Int32(cutlass.select_((t >> 2) == Int32(w), packed[w], word))
-            out.append(scale_pair(word >> ((t & 3) * 8)))
+            out.append(block_scale_pair(word >> ((t & 3) * 8)))
         return out
 
     def packed_scales(packed: list, j: int) -> list:
         """The ``thread_blocks`` scales of k tile ``j`` of the vector (static: a shift of a
         register, no select)."""
-        return [scale_pair(packed[(j * thread_blocks + i) // 4]
+        return [block_scale_pair(packed[(j * thread_blocks + i) // 4]
                            >> (8 * ((j * thread_blocks + i) % 4)))
                 for i in range(thread_blocks)]
 
@@ -674,31 +677,15 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
         NaN for a NaN scale or an E4M3 NaN byte, +-Inf past bf16's range)."""
         q = cute.make_rmem_tensor(cute.make_layout(words_per_thread), Int32)
         q.store(s_qw[wrow, b0 // bytes_per_thread, None, stage].load())
-        rebias = Int32(E4M3_REBIAS_BF16X2)
         for c in cutlass.range_constexpr(chunks_per_thread):
             scale = scales[c * CHUNK // sblock]
             frag = cute.make_rmem_tensor(cute.make_layout(CHUNK // 2), Int32)
             for w in cutlass.range_constexpr(words_per_chunk):
                 x = q[c * words_per_chunk + w]
-                pairs = 4 if fp4 else 2
-                if cutlass.const_expr(fp4):  # the exact values by byte permutes
-                    exact = e2m1_word_bf16x2(x)
-                    for j in cutlass.range_constexpr(pairs):
-                        frag[w * pairs + j] = bf16x2_mul(exact[j], scale)
-                else:  # placed bits worth x * 2**-120, rebiased exactly
-                    for j in cutlass.range_constexpr(pairs):
-                        frag[w * pairs + j] = bf16x2_mul(
-                            bf16x2_mul(e4m3_pair_bits(x, j), rebias), scale)
-                if cutlass.const_expr(not fp4):  # noqa: SIM102 (a compile-time test, then a run-time one)
-                    if has_e4m3_nan(x):
-                        for j in cutlass.range_constexpr(pairs):
-                            v = frag[w * pairs + j]
-                            lo_nan = ((x >> (16 * j)) & 0x7F) == Int32(0x7F)
-                            hi_nan = ((x >> (16 * j + 8)) & 0x7F) == Int32(0x7F)
-                            v = Int32(cutlass.select_(lo_nan, (v & -65536) | BF16_NAN_BITS, v))
-                            v = Int32(cutlass.select_(hi_nan, (v & 0xFFFF) | (BF16_NAN_BITS << 16),
-                                                      v))
-                            frag[w * pairs + j] = v
+                # E2M1: the exact values by byte permutes; E4M3: placed bits, rebiased
+                pairs = e2m1_word_scaled(x, scale) if fp4 else e4m3_word_scaled(x, scale)
+                for j in cutlass.range_constexpr(len(pairs)):
+                    frag[w * len(pairs) + j] = pairs[j]
             # the chunk's place in the 128B-swizzled tile (byte address bits 4-6 ^= bits
             # 7-9; a 16-byte chunk stays contiguous)
             kpos = elems_per_byte * b0 + c * CHUNK
@@ -1260,6 +1247,10 @@ GATE_BUILDS = (
               "the decode-batch GEMV (``mx_gemv_kernel``), K with a 64-element last step"),
     GateBuild("mxfp4", "plain", 192, 1024, KernelConfig(16, 1, gemv_warps=8),
               why="the decode-batch GEMV, bf16 output, whole 128-element steps"),
+    GateBuild("nvfp4", "swiglu", 256, 320, KernelConfig(16, 1, gemv_warps=4), True,
+              "the GEMV with E4M3 block scales of 16 elements, and a half step"),
+    GateBuild("mxfp8", "plain", 192, 320, KernelConfig(16, 1, gemv_warps=4),
+              why="the GEMV with E4M3 payload words (its NaN bytes), and a half step"),
 )
 """The MX GEMMs the offline compile gate builds: small shapes that reach each code path (the
 three formats, both modes, both output types, 128- and 64-row tiles, the specialized,

@@ -50,6 +50,7 @@ from cutlass import Int32
 from cutlass.cutlass_dsl import dsl_user_op
 
 from megamoe.ptx import asm_i32
+from megamoe.staging.dsl_bits import e4m3_to_float, e8m0_to_float, f2i
 
 E2M1_MAGNITUDES = tuple((1 + m / 2) * 2.0 ** (e - 1) if e else m / 2
                         for e in range(4) for m in range(2))
@@ -85,6 +86,8 @@ INTERLEAVE_LO, INTERLEAVE_HI = 0x5140, 0x7362
 high 3) of (low-byte word, high-byte word): two bf16x2 words in K order."""
 E4M3_REBIAS_BF16X2 = 0x7B807B80
 """``2**120`` in both halves: E4M3 (bias 7) placed at bf16 bias 127."""
+BF16_NAN_BITS = 0x7FC0
+"""The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 
 
 @dsl_user_op
@@ -142,3 +145,40 @@ def has_e4m3_nan(x: Int32) -> cutlass.Boolean:
     """Whether any byte of ``x`` is an E4M3 NaN (``0x7F`` or ``0xFF``): adding 1 to each
     byte's low 7 bits carries into bit 7 exactly for 0x7F."""
     return (((x & 0x7F7F7F7F) + 0x01010101) & (0x80808080 - (1 << 32))) != Int32(0)
+
+
+@cute.jit
+def scale_pair(byte: Int32, e4m3: cutlass.Constexpr[bool]) -> Int32:
+    """A block scale byte (low 8 bits of ``byte``: E8M0 for the MX formats, E4M3 for NVFP4)
+    as its bf16 value in both halves of a word: the scale's float32 bits >> 16 are its bf16
+    bits exactly (an E8M0 or E4M3 value has at most 4 significant bits)."""
+    value = e4m3_to_float(byte & 0xFF) if e4m3 else e8m0_to_float(byte & 0xFF)
+    return bf16_pair(f2i(value) >> 16)
+
+
+def e2m1_word_scaled(x: Int32, scale: Int32) -> list[Int32]:
+    """The eight E2M1 codes of ``x`` times the block scale ``scale`` (a ``scale_pair``
+    word): four bf16x2 words, codes (0, 1) .. (6, 7), each rounded once (module docstring).
+    Called inside a kernel's trace."""
+    return [bf16x2_mul(v, scale) for v in e2m1_word_bf16x2(x)]
+
+
+@cute.jit
+def e4m3_word_scaled(x: Int32, scale: Int32) -> list:
+    """The four E4M3 bytes of ``x`` times the block scale ``scale``: two bf16x2 words,
+    bytes (0, 1) and (2, 3), each the placed bits rebiased exactly and rounded once with
+    the scale; a NaN byte (``0x7F`` / ``0xFF``) is ``BF16_NAN_BITS`` in its half (module
+    docstring)."""
+    out = cute.make_rmem_tensor(cute.make_layout(2), Int32)
+    rebias = Int32(E4M3_REBIAS_BF16X2)
+    for j in cutlass.range_constexpr(2):
+        out[j] = bf16x2_mul(bf16x2_mul(e4m3_pair_bits(x, j), rebias), scale)
+    if has_e4m3_nan(x):
+        for j in cutlass.range_constexpr(2):
+            v = out[j]
+            lo_nan = ((x >> (16 * j)) & 0x7F) == Int32(0x7F)
+            hi_nan = ((x >> (16 * j + 8)) & 0x7F) == Int32(0x7F)
+            v = Int32(cutlass.select_(lo_nan, (v & -65536) | BF16_NAN_BITS, v))
+            v = Int32(cutlass.select_(hi_nan, (v & 0xFFFF) | (BF16_NAN_BITS << 16), v))
+            out[j] = v
+    return [out[0], out[1]]

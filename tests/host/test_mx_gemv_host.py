@@ -2,12 +2,12 @@
 s7): which callers get it, what a GEMV config may be, and the refusals before any launch.
 
 - The rule is the capacity in tokens (``GEMV_MAX_ROWS``: the most rows one expert can get),
-  never the batch: MXFP4 callers with at most 32 tokens get ``n16gemv4``, 33 tokens or no
-  capacity the wgmma variants, MXFP8 and NVFP4 never; a layer passes its ``C`` (a planted
-  layer that passes its route count instead is caught).
+  never the batch: MXFP4 and NVFP4 callers with at most 32 tokens get ``n16gemv4``, MXFP8
+  callers with one token, more tokens or no capacity the wgmma variants; a layer passes its
+  ``C`` (a planted layer that passes its route count instead is caught).
 - A GEMV config has no other option; its name says what it is.
-- A GEMV config with weights that have none is a ``ConfigError`` before anything runs, and
-  ``out`` is untouched.
+- A GEMV config with bf16 weights is a ``ConfigError`` before anything runs, and ``out`` is
+  untouched.
 """
 
 from __future__ import annotations
@@ -33,24 +33,29 @@ from tests.mxfp4_case import make_mxfp4_case
 DEEPSEEK = {"fc1": (4096, 7168), "fc2": (7168, 2048)}  # (N, K)
 
 
+BOUNDS = {"mxfp4": 32, "nvfp4": 32, "mxfp8": 1}
+"""The measured bounds (docs/perf.md "Session 31", "Session 32"), written out here so a
+change to ``GEMV_MAX_ROWS`` has to change this test too."""
+
+
+@pytest.mark.parametrize("weights", list(BOUNDS))
 @pytest.mark.parametrize("gemm", list(DEEPSEEK))
-def test_mxfp4_callers_of_at_most_32_tokens_get_the_gemv(gemm: str) -> None:
+def test_callers_of_at_most_the_bound_in_tokens_get_the_gemv(gemm: str, weights: str) -> None:
     n, k = DEEPSEEK[gemm]
-    assert GEMV_MAX_ROWS == {"mxfp4": 32}  # docs/perf.md "Session 31"
-    for tokens in (1, 16, 32):
-        cfg = mx_default_config(n, "mxfp4", tokens * 8, k, 256, tokens)
+    bound = BOUNDS[weights]
+    assert GEMV_MAX_ROWS == BOUNDS
+    for tokens in sorted({1, (bound + 1) // 2, bound}):
+        cfg = mx_default_config(n, weights, tokens * 8, k, 256, tokens)
         assert cfg == GEMV_DEFAULT and cfg.name == "n16gemv4", tokens
-    for tokens in (33, 64, None):
-        cfg = mx_default_config(n, "mxfp4", 32 * 8, k, 256, tokens)
+    for tokens in (bound + 1, 64, None):
+        cfg = mx_default_config(n, weights, 32 * 8, k, 256, tokens)
         assert not cfg.gemv_warps and cfg.tile_m == 64, tokens  # the narrow wgmma default
 
 
-@pytest.mark.parametrize("weights", ["mxfp8", "nvfp4"])
-def test_formats_without_a_gemv_never_get_one(weights: str) -> None:
-    assert weights not in GEMV_WEIGHTS and weights not in GEMV_MAX_ROWS
-    assert not any(c.gemv_warps for c in CONFIGS_BY_FORMAT[weights])
-    cfg = mx_default_config(4096, weights, 8, 7168, 256, 1)
-    assert not cfg.gemv_warps
+def test_every_format_with_a_gemv_default_compiles_it() -> None:
+    assert set(GEMV_MAX_ROWS) == set(GEMV_WEIGHTS)
+    for weights in GEMV_WEIGHTS:
+        assert GEMV_DEFAULT in CONFIGS_BY_FORMAT[weights]  # compiled, so GPU-tested
 
 
 def _layer(recipe: str, capacity: int) -> MoELayer:
@@ -59,7 +64,8 @@ def _layer(recipe: str, capacity: int) -> MoELayer:
 
 @pytest.mark.parametrize(("recipe", "capacity", "gemv"), [
     ("fp8_mxfp4", 1, True), ("fp8_mxfp4", 32, True), ("fp8_mxfp4", 33, False),
-    ("mxfp8", 16, False), ("nvfp4", 16, False), ("bf16", 16, False),
+    ("nvfp4", 32, True), ("nvfp4", 33, False), ("mxfp8", 1, True), ("mxfp8", 2, False),
+    ("bf16", 1, False),
 ])
 def test_a_layer_picks_the_gemv_from_its_capacity(recipe: str, capacity: int,
                                                   gemv: bool) -> None:
@@ -92,7 +98,7 @@ def test_a_gemv_config_takes_no_other_option(field: dict) -> None:
 
 def test_make_gemv_refuses_what_it_cannot_run() -> None:
     with pytest.raises(ValueError, match="weights"):
-        make_gemv("plain", 64, 128, GEMV_DEFAULT, False, "mxfp8")
+        make_gemv("plain", 64, 128, GEMV_DEFAULT, False, "bf16")
     with pytest.raises(ValueError, match="GEMV variant"):
         make_gemv("plain", 64, 128, KernelConfig(64, 4), False)
     with pytest.raises(ValueError, match="multiples"):
@@ -101,12 +107,12 @@ def test_make_gemv_refuses_what_it_cannot_run() -> None:
         make_gemv("gelu", 64, 128, GEMV_DEFAULT, False)
 
 
-@pytest.mark.parametrize("weights", ["mxfp8", "nvfp4"])
-def test_a_gemv_config_with_other_weights_is_refused_before_anything_runs(weights) -> None:  # type: ignore[no-untyped-def]
-    case = make_mxfp4_case("plain", [3, 5], 128, 64, seed=7, weights=weights)
+def test_a_gemv_config_with_bf16_weights_is_refused_before_anything_runs() -> None:
+    case = make_mxfp4_case("plain", [3, 5], 128, 64, seed=7)
+    b = torch.randn(2, 64, 128).bfloat16()
     case["out"].fill_(7.0)
     before = case["out"].clone()
-    with pytest.raises(ConfigError, match="GEMV variant only for mxfp4"):
-        api.grouped_gemm(case["a"], case["b"], case["seg"], case["counts"], case["out"],
+    with pytest.raises(ConfigError, match="GEMV variant only for mxfp4 or nvfp4 or mxfp8"):
+        api.grouped_gemm(case["a"], b, case["seg"], case["counts"], case["out"],
                          mode="plain", config=GEMV_DEFAULT)
     assert torch.equal(case["out"], before)

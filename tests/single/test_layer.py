@@ -1,6 +1,6 @@
 """The MegaMoE layer on the H200 (CONTRACTS.md s1-s10, issue 7), for every recipe the layer
-runs (``bf16``, ``fp8_mxfp4``): every stage a CuTe DSL kernel; every live row within the
-section 8 bound of the oracle, inactive rows exactly zero; the invariance contract bitwise;
+runs (``LAYER_RECIPES``), each with its GEMV where it has one (``C_GEMV``): every stage a
+CuTe DSL kernel; every live row within the section 8 bound of the oracle, inactive rows exactly zero; the invariance contract bitwise;
 the changing-route scenario set on one captured graph; route errors eager and under graphs;
 bad metadata refused before any launch; the fp8_mxfp4 tiny-value cases."""
 
@@ -21,12 +21,12 @@ from oracle.routing import find_route_violations
 from tests.layer_check import compare_rows, layer_routes, layer_weights, oracle_output
 
 E, K, H, INTER, C = 8, 2, 256, 128, 300
-C_GEMV = 32
-"""A capacity that takes the ``fp8_mxfp4`` GEMMs' GEMV variant
+C_GEMV = {"fp8_mxfp4": 32, "nvfp4": 32, "mxfp8": 1}
+"""Per recipe, the largest capacity that takes its GEMMs' GEMV variant
 (``mxfp4_gemm_kernel.GEMV_MAX_ROWS``); ``C`` takes the wgmma variants."""
-LAYER_CASES = [(r, C) for r in LAYER_RECIPES] + [("fp8_mxfp4", C_GEMV)]
-"""(recipe, capacity) of the layers the contract tests run: every recipe, and ``fp8_mxfp4``
-again at ``C_GEMV`` so both of its GEMM kinds meet every rule."""
+LAYER_CASES = [(r, C) for r in LAYER_RECIPES] + list(C_GEMV.items())
+"""(recipe, capacity) of the layers the contract tests run: every recipe, and each recipe with
+a GEMV again at its ``C_GEMV`` so both of its GEMM kinds meet every rule."""
 CASE_IDS = [r if c == C else f"{r}-gemv" for r, c in LAYER_CASES]
 REPLAYS_PER_STATE = 17
 KERNEL_PATHS = {"kernel"}
@@ -49,7 +49,8 @@ def _layer(dev, clamp=None, late=False, recipe="bf16", capacity=C) -> MoELayer: 
                           late_weighting=late)
         layer = MoELayer(cfg, W13, W2, dev)
         gemv = [c.gemv_warps > 0 for c in layer.gemm_configs]
-        assert gemv == [capacity == C_GEMV] * 2, (recipe, capacity, layer.gemm_configs)
+        assert gemv == [capacity == C_GEMV.get(recipe)] * 2, (recipe, capacity,
+                                                               layer.gemm_configs)
         _LAYERS[key] = layer
     return _LAYERS[key]
 
@@ -106,7 +107,7 @@ def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(cuda_device, recipe
     w[0, 1] = float("nan")
     layer.warmup(x, ids, w)
     ref = _bits(layer.forward(x, ids, w)[0])
-    for seed, t in ((12, 1), (13, 2), (14, min(129, capacity)), (15, capacity)):
+    for seed, t in ((12, 1), (13, min(2, capacity)), (14, min(129, capacity)), (15, capacity)):
         x2, ids2, w2 = _routes(seed, t, 0.2, cuda_device)
         x2[0], ids2[0], w2[0] = x[0], ids[0], w[0]
         if t > 1:
@@ -290,21 +291,31 @@ def test_fp8_mxfp4_tiny_values_stay_finite_non_zero_and_within_the_bound(
     layer.destroy()
 
 
+SANITIZE_LAYERS = sorted({(r, 8) for r in LAYER_RECIPES}
+                         | {(r, min(8, c)) for r, c in C_GEMV.items()}
+                         | {(r, 64) for r, c in C_GEMV.items() if c >= 8})
+"""(recipe, capacity) of the sanitizer's layer cases: every recipe at 8 tokens, and each
+recipe with a GEMV at a capacity that takes it and at one that takes the wgmma variants."""
+
+
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("recipe", LAYER_RECIPES)
-def test_sanitizer_case_layer_small(cuda_device, recipe) -> None:
-    """Designated small case of the whole layer, per recipe, for the compute-sanitizer
-    suite: staging, layout, the gather (widening for fp8_mxfp4), both grouped GEMMs (MXFP4
-    weights decoded in the mainloop for fp8_mxfp4), the A2 quantizer where the recipe has
-    one, scatter and combine."""
-    e, k, h, i, c = 4, 2, 128, 64, 8
+@pytest.mark.parametrize(("recipe", "c"), SANITIZE_LAYERS,
+                         ids=[f"{r}-c{c}" for r, c in SANITIZE_LAYERS])
+def test_sanitizer_case_layer_small(cuda_device, recipe, c) -> None:
+    """Designated small case of the whole layer, per recipe and GEMM kind, for the
+    compute-sanitizer suite: staging, layout, the gather (widening for fp8_mxfp4), both
+    grouped GEMMs (block-scaled weights decoded in the mainloop), the A2 quantizer where the
+    recipe has one, scatter and combine."""
+    e, k, h, i = 4, 2, 128, 64
     w13, w2 = _weights(3, e, h, i)
     cfg = LayerConfig(e, k, h, i, c, recipe=recipe, nvfp4_input_scale=0.3,
                       nvfp4_a2_scale=0.02)  # the nvfp4 global scales: not 1.0
     layer = MoELayer(cfg, w13, w2, cuda_device)
-    x, ids, w = _routes(23, 6, 0.3, cuda_device, e=e, k=k, h=h)
+    x, ids, w = _routes(23, min(6, c), 0.3, cuda_device, e=e, k=k, h=h)
     out = layer.warmup(x, ids, w)
     assert set(layer.last_paths.values()) == KERNEL_PATHS
+    gemv = [cfg.gemv_warps > 0 for cfg in layer.gemm_configs]
+    assert gemv == [c <= C_GEMV.get(recipe, 0)] * 2, (recipe, c, layer.gemm_configs)
     report = compare_rows(out, oracle_output(layer.config, w13, w2, x, ids, w), ids, recipe)
     assert report.problems == (), report
     layer.destroy()

@@ -1,5 +1,5 @@
-"""The decode-batch GEMV variants of the MXFP4 grouped GEMM on a Hopper GPU
-(``megamoe.experts.mx_gemv_kernel``; CONTRACTS.md s4 MXFP4, s5, s8).
+"""The decode-batch GEMV variants of the block-scaled grouped GEMM on a Hopper GPU, every
+weight format (``megamoe.experts.mx_gemv_kernel``; CONTRACTS.md s4, s5, s8).
 
 - Accuracy: every live row against the PyTorch path within the s8 bf16 bound at the shapes
   that reach each code path: ``K`` with and without the 64-element last step (gpt-oss's 2880,
@@ -18,13 +18,14 @@ import pytest
 import torch
 
 from megamoe.experts.mx_gemv_kernel import GEMV_ROWS, STEP_K
-from megamoe.experts.mxfp4_gemm_kernel import MXFP4_CONFIGS
+from megamoe.experts.mxfp4_gemm_kernel import CONFIGS_BY_FORMAT
 from tests.bitwise import same_bits
 from tests.host.test_grouped_gemm_host import poison_
 from tests.mxfp4_case import make_mxfp4_case
 from tests.single.test_mxfp4_gemm_kernel import _check, _run
 
-GEMV = [c for c in MXFP4_CONFIGS if c.gemv_warps]
+GEMV = [(kind, c) for kind, cfgs in CONFIGS_BY_FORMAT.items() for c in cfgs if c.gemv_warps]
+GEMV_IDS = [f"{kind}-{c.name}" for kind, c in GEMV]
 SHAPES = [  # (mode, K, N, counts per expert)
     ("swiglu", 2880, 192, [1, 16, 0, 5]),  # gpt-oss's K: 22 steps and a half step
     ("plain", 2048, 128, [9, 130, 2]),  # DeepSeek's FC2 K; a second 128-row tile
@@ -35,35 +36,38 @@ CLAMP = {"swiglu": 0.75, "plain": None}
 """FC1's clamp in these cases; FC2 takes none."""
 
 
-def _case(mode: str, k: int, n: int, counts: list[int], seed: int, out_dtype, device):
-    case = make_mxfp4_case(mode, counts, k, n, seed=seed, out_dtype=out_dtype, device=device)
+def _case(mode: str, k: int, n: int, counts: list[int], seed: int, out_dtype, device,
+          kind: str = "mxfp4"):
+    case = make_mxfp4_case(mode, counts, k, n, seed=seed, out_dtype=out_dtype, device=device,
+                           weights=kind)
     poison_(case["out"])
     return case
 
 
-@pytest.mark.parametrize("cfg", GEMV, ids=[c.name for c in GEMV])
+@pytest.mark.parametrize(("kind", "cfg"), GEMV, ids=GEMV_IDS)
 @pytest.mark.parametrize(("mode", "k", "n", "counts"), SHAPES,
                          ids=[f"{m}-k{k}-n{n}" for m, k, n, _ in SHAPES])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
-def test_every_live_row_within_the_gemm_tolerance(cuda_device, cfg, mode, k, n, counts,
+def test_every_live_row_within_the_gemm_tolerance(cuda_device, kind, cfg, mode, k, n, counts,
                                                   out_dtype) -> None:
-    case = _case(mode, k, n, counts, 51, out_dtype, cuda_device)
+    case = _case(mode, k, n, counts, 51, out_dtype, cuda_device, kind)
     _run(case, mode, CLAMP[mode], cfg)
     _check(case, mode, CLAMP[mode])
 
 
-@pytest.mark.parametrize("cfg", GEMV, ids=[c.name for c in GEMV])
+@pytest.mark.parametrize(("kind", "cfg"), GEMV, ids=GEMV_IDS)
 @pytest.mark.parametrize("mode", ["swiglu", "plain"])
-def test_a_row_bits_do_not_depend_on_other_rows_or_its_place(cuda_device, cfg, mode) -> None:
+def test_a_row_bits_do_not_depend_on_other_rows_or_its_place(cuda_device, kind, cfg,
+                                                             mode) -> None:
     """Row 0 of a one-row expert against the same inputs at rows 3 (first token group),
     8 + 5 (second group) and 16 + 2 (second pass) of a 40-row expert whose other rows are
     random and whose padding rows hold NaN."""
     k, n = 2880, 64
-    one = _case(mode, k, n, [1], 52, torch.float32, cuda_device)
+    one = _case(mode, k, n, [1], 52, torch.float32, cuda_device, kind)
     _run(one, mode, CLAMP[mode], cfg)
     ref = one["out"][0].clone()
     for place in (3, 8 + 5, GEMV_ROWS + 2):
-        many = _case(mode, k, n, [40], 53 + place, torch.float32, cuda_device)
+        many = _case(mode, k, n, [40], 53 + place, torch.float32, cuda_device, kind)
         many["b"] = one["b"]
         many["a"][place] = one["a"][0]
         many["pre"][place], many["scale"][place] = one["pre"][0], one["scale"][0]
@@ -72,11 +76,11 @@ def test_a_row_bits_do_not_depend_on_other_rows_or_its_place(cuda_device, cfg, m
         assert same_bits(many["out"][place], ref), f"row at place {place} differs"
 
 
-@pytest.mark.parametrize("cfg", GEMV, ids=[c.name for c in GEMV])
-def test_the_checker_catches_a_k_permutation_of_a_alone(cuda_device, cfg) -> None:
+@pytest.mark.parametrize(("kind", "cfg"), GEMV, ids=GEMV_IDS)
+def test_the_checker_catches_a_k_permutation_of_a_alone(cuda_device, kind, cfg) -> None:
     """The GEMV permutes K inside each 128-element step, the same way for A and B; if A's
     halves were swapped and B's not, every row would be wrong: the row check must say so."""
-    case = _case("plain", 2048, 64, [5, 20], 54, torch.float32, cuda_device)
+    case = _case("plain", 2048, 64, [5, 20], 54, torch.float32, cuda_device, kind)
     a = case["a"]
     m_cap, k = a.shape
     steps = a.view(m_cap, k // STEP_K, 2, STEP_K // 2)
