@@ -1,4 +1,6 @@
-# For the session after 32, before qualifying s32-gemv-formats.patch (apply it first): is
+# Ran in session 33 before the patch landed (docs/perf.md "Session 33" item 1: NVFP4's GEMV
+# wins every case, MXFP8's loses 10 % at DeepSeek uniform T = 1 and wins 36-39 % at one
+# expert). For the session after 32, before qualifying s32-gemv-formats.patch: is
 # MXFP8's GEMV bound (one token) a loss in the layer at DeepSeek uniform T = 1? The paired
 # benchmark had the layer at 285.7 us against session 25's 263.4 (wgmma kernels, pre-PDL),
 # while the GEMM alone had the GEMV 3 % faster (docs/perf.md "Session 32" items 2-3). The
