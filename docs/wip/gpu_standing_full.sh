@@ -8,7 +8,7 @@
 # left, two probes of what session 33 left unexplained, each the layer by stage with
 # programmatic dependent launch on and off (MEGAMOE_PDL, read at import):
 #   - mxfp8 DeepSeek uniform T = 1: its GEMV took 12-18 % longer in the layer than alone
-#     ("Session 33" item 1);
+#     ("Session 33" item 1), here with the GEMM alone again in the same call;
 #   - fp8_mxfp4 gpt-oss one expert T = 256: 110.4 us against session 26's 101.9 (item 3).
 #   run(command="bash docs/wip/gpu_standing_full.sh", carry=[".whl"], timeout_s=600)
 # Then, on the host: tar xf runs.tar, gzip each layer-*.json into docs/perf/session<N>/ and
@@ -42,5 +42,14 @@ probe() {  # probe RECIPE SHAPE TOKENS ROUTES: the layer by stage, PDL on and of
   done
 }
 probe mxfp8 deepseek 1 uniform
+# the same GEMMs alone in the same call (session 32 had them in another): the GEMV and the
+# wgmma narrow default on random MXFP8 weights, the layer's grid for the capacity
+if [ "$(left)" -gt 40 ]; then
+  { echo "## mxfp8 DeepSeek uniform T1, the GEMM alone (FC1 / FC2 us)"
+    timeout $(( $(left) - 5 )) python3 docs/wip/exp_decode_depth.py --layer-mcap \
+      --weights mxfp8 --shape deepseek --configs n16gemv4 m64n64s4wsrh --cases uniform:1 \
+      2>&1 | grep "^|\|Error"
+  } >> "$OUT/probes.txt"
+fi
 probe fp8_mxfp4 gptoss 256 skewed
 cat "$OUT/probes.txt" 2>/dev/null
