@@ -1,8 +1,9 @@
 """The MegaMoE layer on the H200 (CONTRACTS.md s1-s10, issue 7), for every recipe the layer
 runs (``LAYER_RECIPES``), each with its GEMV where it has one (``C_GEMV``): every stage a
-CuTe DSL kernel; every live row within the section 8 bound of the oracle, inactive rows exactly zero; the invariance contract bitwise;
-the changing-route scenario set on one captured graph; route errors eager and under graphs;
-bad metadata refused before any launch; the fp8_mxfp4 tiny-value cases."""
+CuTe DSL kernel; every live row within the section 8 bound of the oracle, inactive rows
+exactly zero; the invariance contract bitwise; the changing-route scenario set on one
+captured graph; route errors eager and under graphs; bad metadata refused before any
+launch; the fp8_mxfp4 tiny-value cases."""
 
 from __future__ import annotations
 
