@@ -62,13 +62,21 @@ def section() -> str:
 
 
 @pytest.fixture(scope="module")
-def printed(section: str) -> list[list[str]]:
-    records = [standing.load(p) for p in _command_paths(section)]
+def paths(section: str) -> list[Path]:
+    return _command_paths(section)
+
+
+@pytest.fixture(scope="module")
+def records(paths: list[Path]) -> list[dict]:
+    return [standing.load(p) for p in paths]
+
+
+@pytest.fixture(scope="module")
+def printed(records: list[dict]) -> list[list[str]]:
     return _tables(standing.render(records))
 
 
-def test_the_section_names_committed_records(section: str) -> None:
-    paths = _command_paths(section)
+def test_the_section_names_committed_records(paths: list[Path]) -> None:
     assert len(paths) >= 4 and all(p.is_file() for p in paths)
 
 
@@ -89,8 +97,6 @@ def test_a_hand_edited_cell_is_caught(section: str, printed: list[list[str]]) ->
     assert _goal_tables(_tables(edited)) != printed
 
 
-def test_a_record_left_out_is_caught(section: str, printed: list[list[str]]) -> None:
+def test_a_record_left_out_is_caught(records: list[dict], printed: list[list[str]]) -> None:
     """The check can fail: the tables of the records without the first one differ."""
-    paths = _command_paths(section)
-    fewer = _tables(standing.render([standing.load(p) for p in paths[1:]]))
-    assert fewer != printed
+    assert _tables(standing.render(records[1:])) != printed
