@@ -9,7 +9,7 @@
 # GEMV cubins lose 11-12 % of their static instructions for MXFP4 / NVFP4, 2 % for MXFP8, and
 # gain 2 registers. Not run on a GPU yet. This call: tree A = the checkout (main with the
 # fold), tree B = a copy with the patch, each with its own DSL cache:
-#   1. the GEMV and layer-GEMV tests on tree B;
+#   1. the GEMV, layer-GEMV and exhaustive MXFP8 decode tests on tree B;
 #   2. the GEMV alone (the layer's grid), DeepSeek, three formats, both trees;
 #   3. the fp8_mxfp4 layer by stage, DeepSeek T = 1 and 16, both route patterns, both trees.
 #   run(command="bash docs/wip/gpu_gemv_lean.sh", carry=[".whl"], timeout_s=600)
@@ -20,7 +20,8 @@ left() { echo $(( deadline - ($(date +%s) - t0) )); }
 rm -rf /tmp/B && mkdir -p /tmp/B && cp -r . /tmp/B \
   && (cd /tmp/B && git apply docs/wip/s34-gemv-lean.patch) || { echo "patch failed"; exit 1; }
 (cd /tmp/B && CUTE_DSL_CACHE_DIR=/tmp/ccB timeout 240 python3 -m pytest -q -p no:cacheprovider \
-  -n 12 tests/single/test_mx_gemv.py tests/single/test_layer.py -k gemv) > $OUT/tests.txt 2>&1
+  -n 12 tests/single/test_mx_gemv.py tests/single/test_layer.py tests/single/test_mxfp8_kernels.py \
+  -k "gemv or mxfp8_decode") > $OUT/tests.txt 2>&1
 echo "tests B rc=$? at $(( $(date +%s) - t0 )) s"; tail -n 3 $OUT/tests.txt
 for w in mxfp4 nvfp4 mxfp8; do
   for tree in A B; do
