@@ -19,26 +19,24 @@ deadline=${MEGAMOE_DEADLINE:-585}
 left() { echo $(( deadline - ($(date +%s) - t0) )); }
 rm -rf /tmp/B && mkdir -p /tmp/B && cp -r . /tmp/B \
   && (cd /tmp/B && git apply docs/wip/s34-gemv-lean.patch) || { echo "patch failed"; exit 1; }
-(cd /tmp/B && CUTE_DSL_CACHE_DIR=/tmp/ccB timeout 240 python3 -m pytest -q -p no:cacheprovider \
-  -n 12 tests/single/test_mx_gemv.py tests/single/test_layer.py tests/single/test_mxfp8_kernels.py \
-  -k "gemv or mxfp8_decode") > $OUT/tests.txt 2>&1
+in_tree B timeout 240 python3 -m pytest -q -p no:cacheprovider -n 12 \
+  tests/single/test_mx_gemv.py tests/single/test_layer.py tests/single/test_mxfp8_kernels.py \
+  -k "gemv or mxfp8_decode" > $OUT/tests.txt 2>&1
 echo "tests B rc=$? at $(( $(date +%s) - t0 )) s"; tail -n 3 $OUT/tests.txt
 for w in mxfp4 nvfp4 mxfp8; do
   for tree in A B; do
     [ "$(left)" -lt 120 ] && { echo "skipped gemv $w $tree: $(left) s left"; continue; }
-    d=$PWD; [ $tree = B ] && d=/tmp/B
-    { echo "## tree $tree"; (cd $d && CUTE_DSL_CACHE_DIR=/tmp/cc$tree timeout 60 python3 \
-        docs/wip/exp_decode_depth.py --layer-mcap --weights $w --configs n16gemv4 \
-        --cases uniform:1 uniform:16 skewed:1 skewed:16 2>&1 | grep "^|\|Error"); } >> $OUT/gemv.txt
+    { echo "## tree $tree"; in_tree $tree timeout 60 python3 docs/wip/exp_decode_depth.py \
+        --layer-mcap --weights $w --configs n16gemv4 \
+        --cases uniform:1 uniform:16 skewed:1 skewed:16 2>&1 | grep "^|\|Error"; } >> $OUT/gemv.txt
   done
 done
 S="from megamoe.bench.layer_stages import main; import sys; main(sys.argv[1:])"
 for tree in A B; do
   [ "$(left)" -lt 40 ] && { echo "skipped stages $tree: $(left) s left"; continue; }
-  d=$PWD; [ $tree = B ] && d=/tmp/B
-  (cd $d && CUTE_DSL_CACHE_DIR=/tmp/cc$tree timeout $(( $(left) - 10 )) python3 -c "$S" \
-     --recipe fp8_mxfp4 --shape deepseek --tokens 1 16 --routes uniform skewed --calls 5 \
-     --samples 7 --output-dir /tmp/st-$tree > /tmp/st-$tree.log 2>&1)
+  in_tree $tree timeout $(( $(left) - 10 )) python3 -c "$S" --recipe fp8_mxfp4 \
+     --shape deepseek --tokens 1 16 --routes uniform skewed --calls 5 --samples 7 \
+     --output-dir /tmp/st-$tree > /tmp/st-$tree.log 2>&1
   { echo "## tree $tree"; cat /tmp/st-$tree/layer_stages.md; } >> $OUT/stages.txt
 done
 cat $OUT/gemv.txt $OUT/stages.txt
