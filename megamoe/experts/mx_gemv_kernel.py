@@ -61,7 +61,12 @@ from megamoe.experts.grouped_gemm_kernel import (
     plain_value,
     swiglu_act,
 )
-from megamoe.experts.packed_decode import e2m1_word_scaled, e4m3_word_scaled, scale_pair
+from megamoe.experts.packed_decode import (
+    e2m1_word_scaled,
+    e4m3_block_scale,
+    e4m3_word_scaled,
+    scale_pair,
+)
 from megamoe.experts.warp_mma import MMA_M, MMA_N, mma_bf16_m16n8k16
 from megamoe.pdl import PDL, await_inputs
 from megamoe.staging.constants import MX_BLOCK, NVFP4_BLOCK
@@ -89,7 +94,7 @@ width: on a GPU with fewer SMs the extra CTAs wait longer, with the same bits.""
 GEMV_THREADS_PER_SM = 768
 """Threads of the GEMV resident per SM: ptxas gives the FP4 formats 70-80 registers a thread
 (sm_90a), so six 128-thread CTAs (three of 256) fit in the 64 Ki registers of an SM (MXFP8:
-112, four CTAs; with ``GEMV_WAVES`` waves the grid outnumbers the resident CTAs either
+128, four CTAs; with ``GEMV_WAVES`` waves the grid outnumbers the resident CTAs either
 way)."""
 GEMV_WAVES = 16
 """Waves of resident CTAs in the grid: ``GEMV_SMS * GEMV_WAVES`` SMs' worth of
@@ -128,6 +133,11 @@ def make_gemv(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool,
     locate = make_locate(n_tiles, TILE_M)
     part_words = warps * 32 * 4 * GEMV_GROUPS
 
+    def block_scale(byte: Int32) -> Int32:
+        """A scale byte of this format as the word its decode takes (``packed_decode``:
+        ``e4m3_block_scale`` for E4M3 payloads, ``scale_pair`` for E2M1)."""
+        return e4m3_block_scale(byte) if bits == 8 else scale_pair(byte, e4m3_scales)
+
     @cute.struct
     class Storage:
         part: cute.struct.MemRange[Float32, part_words]
@@ -152,7 +162,7 @@ def make_gemv(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool,
                     for i in cutlass.range_constexpr(words):
                         q[i, r] = m_q[(first + i) % 4, (first + i) // 4, wrow + r, e]
         blocks = max(1, width // sblock)
-        sb = [[scale_pair(Int32(m_s[kb // sblock + i, wrow + r, e]), e4m3_scales)
+        sb = [[block_scale(Int32(m_s[kb // sblock + i, wrow + r, e]))
                for i in range(blocks)] for r in range(2)]
         vecs = width // 8
         acts = []

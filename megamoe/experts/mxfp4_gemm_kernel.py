@@ -83,6 +83,7 @@ from megamoe.experts.grouped_gemm_kernel import (
 from megamoe.experts.mx_gemv_kernel import make_gemv
 from megamoe.experts.packed_decode import (
     e2m1_word_scaled,
+    e4m3_block_scale,
     e4m3_word_scaled,
     prmt,
     scale_pair,
@@ -305,7 +306,7 @@ choice from the capacity and the expert count, never from a batch's live rows
 (CONTRACTS.md s7)."""
 
 
-GEMV_MAX_ROWS = {"mxfp4": 32, "nvfp4": 32, "mxfp8": 1}
+GEMV_MAX_ROWS = {"mxfp4": 32, "nvfp4": 32, "mxfp8": 32}
 """Per format: callers whose capacity in tokens (``C``, the most rows one expert can get: an
 expert appears at most once per token, CONTRACTS.md s2) is at most this many get
 ``GEMV_DEFAULT``, the decode-batch GEMV on warp-level MMAs (``mx_gemv_kernel``); formats not
@@ -326,17 +327,20 @@ rule against the same code with it off), forward us: DeepSeek uniform T = 1 / 4 
 77.2 / 87.2; gpt-oss uniform 57.1 / 143.8 / 486.3 against 84.0 / 212.8 / 722.8, one expert
 32.3 / 33.9 / 38.4 against 59.7 / 60.7 / 63.7.
 
-NVFP4 and MXFP8 (session 32, the layer's grid for the capacity: ``exp_decode_depth.py
---layer-mcap``, FC1 / FC2 us, DeepSeek; docs/perf.md "Session 32"): NVFP4's GEMV beats its
-narrow default ``m64n64s4wsrhb4`` in every case measured, uniform T = 1 / 16 / 32 79.1 / 44.8,
-1077 / 618, 2151 / 1237 against 115.7 / 61.5, 1491 / 832, 2967 / 1662, one expert with 1 / 16
-/ 32 rows 18.2 / 10.8, 22.4 / 13.1, 40.4 / 21.7 against 40.3 / 19.5, 41.5 / 27.7, 42.3 / 45.5
-(gpt-oss alike): MXFP4's bound. MXFP8's GEMV wins at one expert (1 / 16 / 32 rows 34.8 / 17.3,
-37.7 / 18.8, 70.5 / 31.6 against 64.0 / 26.4, 66.1 / 28.8, 66.6 / 47.4) but loses to
-``m64n64s4wsrh`` at uniform T = 16 and 32 (2154 / 1113 and 4340 / 2223 against 2049 / 1090 and
-4065 / 2170: the one-byte payload makes the wgmma kernel's stream the better one once many
-experts are live) and wins at T = 1 (154.5 / 77.5 against 159.2 / 80.0): one token, the
-largest capacity where no measured case loses (uniform T = 2-15 not measured)."""
+NVFP4 and MXFP8 (the layer's grid for the capacity: ``exp_decode_depth.py --layer-mcap``,
+FC1 / FC2 us, DeepSeek): NVFP4's GEMV beats its narrow default ``m64n64s4wsrhb4`` in every
+case measured (session 32, docs/perf.md "Session 32"), uniform T = 1 / 16 / 32 79.1 / 44.8,
+1077 / 618, 2151 / 1237 against 115.7 / 61.5, 1491 / 832, 2967 / 1662, one expert with 1 /
+16 / 32 rows 18.2 / 10.8, 22.4 / 13.1, 40.4 / 21.7 against 40.3 / 19.5, 41.5 / 27.7, 42.3 /
+45.5 (gpt-oss alike): MXFP4's bound. MXFP8's GEMV, since the E4M3 decode folds its rebias
+into the block scale (``packed_decode``; session 34, docs/perf.md "Session 34"), beats the
+narrow default too in every case measured: DeepSeek uniform T = 1 / 4 / 16 / 32 95.9 / 55.6,
+354 / 202, 1352 / 783, 2684 / 1579 against ``m64n64s4wsrh``'s 147.5 / 78.3, 488 / 258, 1845
+/ 1000, 3620 / 1998; one expert with 4 / 16 / 32 rows 21.7 / 15.7, 25.2 / 17.4, 45.3 / 23.3
+against 62.7 / 25.8, 64.0 / 28.4, 64.4 / 46.8; gpt-oss alike against ``m64n64s3wsh``
+(uniform T = 32 937 / 462 against 1185 / 573, one expert with 32 rows 27.8 / 19.5 against
+34.8 / 26.5). Before the fold it lost at uniform T = 16 and 32 (session 32), and its bound
+was one token. So all three formats share MXFP4's bound."""
 GEMV_DEFAULT = KernelConfig(16, 1, gemv_warps=4)
 """The GEMV variant the default takes (``GEMV_MAX_ROWS``): four warps split K; eight were
 slower in 12 of 16 cases (the same runs)."""
@@ -608,8 +612,9 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     words_per_chunk = CHUNK // (4 * elems_per_byte)  # fp4: 1 word, fp8: 2 words
 
     def block_scale_pair(byte: Int32) -> Int32:
-        """A scale byte of this format as a ``scale_pair`` word."""
-        return scale_pair(byte, e4m3_scales)
+        """A scale byte of this format as the word its decode takes (``packed_decode``:
+        ``scale_pair`` for E2M1 payloads, ``e4m3_block_scale`` for E4M3)."""
+        return scale_pair(byte, e4m3_scales) if fp4 else e4m3_block_scale(byte)
 
     @cute.jit
     def decode_start(tidx: Int32):
@@ -670,9 +675,10 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
     def decode(s_qw: cute.Tensor, scales: list, s_b32: cute.Tensor, b_outer: cute.Layout,
                wrow: Int32, b0: Int32, stage: Int32, buf: Int32):
         """Decode this thread's weight words of one stage into bf16 B buffer ``buf``: one
-        vector load of the words, then per pair of elements the exact bf16x2 values (E2M1:
-        byte permutes; E4M3: placed bits and a rebias product) and one bf16x2 product with
-        the block scale (``scales``: the thread's blocks of this k tile as ``scale_pair``
+        vector load of the words, then per pair of elements one bf16x2 product of exact
+        bf16x2 bits with the block scale (E2M1: the values by byte permutes, times a
+        ``scale_pair`` word; E4M3: the placed bits, times the scale with the rebias folded
+        in, ``e4m3_block_scale``; ``scales``: the thread's blocks of this k tile as those
         words; ``packed_decode``): exactly the float32 ``value * scale`` rounded to bf16 (or
         NaN for a NaN scale or an E4M3 NaN byte, +-Inf past bf16's range)."""
         q = cute.make_rmem_tensor(cute.make_layout(words_per_thread), Int32)
@@ -682,7 +688,7 @@ def _make(mode: str, n: int, k: int, cfg: KernelConfig, out_f32: bool, weights: 
             frag = cute.make_rmem_tensor(cute.make_layout(CHUNK // 2), Int32)
             for w in cutlass.range_constexpr(words_per_chunk):
                 x = q[c * words_per_chunk + w]
-                # E2M1: the exact values by byte permutes; E4M3: placed bits, rebiased
+                # E2M1: the exact values by byte permutes; E4M3: placed bits
                 pairs = e2m1_word_scaled(x, scale) if fp4 else e4m3_word_scaled(x, scale)
                 for j in cutlass.range_constexpr(len(pairs)):
                     frag[w * len(pairs) + j] = pairs[j]

@@ -21,9 +21,16 @@ E4M3 (MXFP8): element ``x`` with ``p`` mantissa bits and exponent bias ``b`` has
 bf16 exponent's low bits (``m`` on mantissa bits ``6 - p + 1 .. 6``) gives the bf16 whose
 value is exactly ``x * 2**-(127 - b)``: for ``e > 0`` the exponent field is ``e`` (bias
 127 instead of ``b``) and the mantissa is ``m``; for ``e = 0`` the bf16 is subnormal with
-mantissa ``m``, the same ``m * 2**(1 - b - p)`` scaled the same way. One bf16x2 product
-with ``2**(127 - b)`` (``E4M3_REBIAS_BF16X2``; exact: the result is normal, at most 4
-significant bits) restores ``x``.
+mantissa ``m``, the same ``m * 2**(1 - b - p)`` scaled the same way. One ``prmt`` puts a
+word's two bytes in the high bytes of the halves, and a shift and two masks place them. The
+rebias ``2**(127 - b)`` = ``2**120`` is folded into the
+block scale (``e4m3_block_scale``): for an E8M0 byte ``B <= E4M3_FOLD_MAX_BYTE`` the word
+holds ``2**(B - 127 + 120)``, a normal bf16, and one bf16x2 product of the placed bits with
+it is the real number ``x * 2**(B - 127)`` rounded once, the same number and the same
+single rounding as rebiasing first (``x``, exact) and multiplying by the scale after.
+Larger bytes (their folded scale would pass bf16's range) and 0xFF (NaN) keep the scale
+itself with both sign bits set, which sends the word to the two-product path (rebias by
+``E4M3_REBIAS_BF16X2``, exact, then the scale).
 
 Either way the product with the block scale (a power of two for E8M0; an E4M3 value for
 NVFP4) rounds once to bf16. That is the value the table decode computed (float32
@@ -32,8 +39,9 @@ significant bits and the scale 1 or 4, so the float32 product is exact and both 
 the same real number once (CONTRACTS.md s4; the exhaustive decode tests in
 ``tests/single/`` compare every code under every scale byte with the oracle).
 
-E4M3 NaN (``e | m`` all ones) has no such placement; ``e4m3_pair_bits``' callers test a
-word for NaN bytes (``has_e4m3_nan``) and decode those words byte by byte.
+E4M3 NaN (``e | m`` all ones) has no such placement; ``e4m3_word_scaled`` tests a word
+for NaN bytes (``nan_or_flagged``) and writes ``BF16_NAN_BITS`` in their halves. That test
+and the two-product flag share one rarely taken branch.
 
 PTX ``mul.rn.bf16x2`` (sm_90) keeps subnormal inputs and outputs (bf16 has no ``.ftz``);
 the CuTe DSL 4.3.5 has no bf16x2 arithmetic or byte permute, hence the inline PTX
@@ -84,8 +92,17 @@ its high byte)."""
 INTERLEAVE_LO, INTERLEAVE_HI = 0x5140, 0x7362
 """``prmt`` selectors taking bytes (low 0, high 0, low 1, high 1) and (low 2, high 2, low 3,
 high 3) of (low-byte word, high-byte word): two bf16x2 words in K order."""
-E4M3_REBIAS_BF16X2 = 0x7B807B80
-"""``2**120`` in both halves: E4M3 (bias 7) placed at bf16 bias 127."""
+E4M3_REBIAS_EXP = 127 - 7
+"""E4M3 (bias 7) placed at bf16 bias 127 is worth ``2**-120`` of its value."""
+E4M3_REBIAS_BF16X2 = ((127 + E4M3_REBIAS_EXP) << 7) * 0x00010001
+"""``2**120`` in both halves (0x7B807B80)."""
+E4M3_FOLD_MAX_BYTE = 127 - E4M3_REBIAS_EXP + 127
+"""The largest E8M0 byte whose scale times ``2**120`` is a bf16 (``2**127``): 134."""
+E4M3_PLACE_SEL = (0x1404, 0x3424)
+"""``prmt`` selectors (source ``{0, x}``) putting bytes ``2j`` and ``2j + 1`` of ``x`` in
+bytes 1 and 3 (the halves' high bytes), zeros in bytes 0 and 2: pair ``j`` = 0, 1."""
+SIGN_BITS_X2 = 0x80008000 - (1 << 32)
+"""Both halves' sign bits, as a signed 32-bit constant."""
 BF16_NAN_BITS = 0x7FC0
 """The bf16 NaN the decode writes for an E4M3 NaN weight byte."""
 
@@ -131,20 +148,22 @@ def e2m1_word_bf16x2(x: Int32) -> list[Int32]:
     return out
 
 
-@cute.jit
-def e4m3_pair_bits(x: Int32, j: cutlass.Constexpr[int]) -> Int32:
+def e4m3_pair_bits(x: Int32, j: int) -> Int32:
     """Bytes ``2j`` and ``2j + 1`` of the word ``x`` (E4M3, not NaN) as bf16x2 bits, each
-    worth ``e4m3(byte) * 2**-120`` (module docstring)."""
-    y = x >> (16 * j)
-    return (((y & 0x7F) << 4) | ((y & 0x80) << 8)
-            | ((y & 0x7F00) << 12) | ((y & 0x8000) << 16))
+    worth ``e4m3(byte) * 2**-120`` (module docstring): ``s`` at bit 15, ``e | m`` at bits
+    4-10 of each half. Plain integer arithmetic and ``prmt``, traced into a kernel (the
+    host test runs it on Python ints)."""
+    p = prmt(x, Int32(0), Int32(E4M3_PLACE_SEL[j]))
+    return ((p >> 4) & 0x07F007F0) | (p & SIGN_BITS_X2)
 
 
 @cute.jit
-def has_e4m3_nan(x: Int32) -> cutlass.Boolean:
-    """Whether any byte of ``x`` is an E4M3 NaN (``0x7F`` or ``0xFF``): adding 1 to each
-    byte's low 7 bits carries into bit 7 exactly for 0x7F."""
-    return (((x & 0x7F7F7F7F) + 0x01010101) & (0x80808080 - (1 << 32))) != Int32(0)
+def nan_or_flagged(x: Int32, scale: Int32) -> cutlass.Boolean:
+    """Whether any byte of ``x`` is an E4M3 NaN (``0x7F`` or ``0xFF``: adding 1 to each
+    byte's low 7 bits carries into bit 7 exactly for 0x7F) or ``scale`` is a flagged
+    ``e4m3_block_scale`` word (sign bits set): ``e4m3_word_scaled``'s rare branch."""
+    nan_bits = ((x & 0x7F7F7F7F) + 0x01010101) & (0x80808080 - (1 << 32))
+    return (nan_bits | (scale & -(1 << 31))) != Int32(0)
 
 
 @cute.jit
@@ -163,17 +182,41 @@ def e2m1_word_scaled(x: Int32, scale: Int32) -> list[Int32]:
     return [bf16x2_mul(v, scale) for v in e2m1_word_bf16x2(x)]
 
 
+def e4m3_folded_scale_bits(b: Int32) -> Int32:
+    """The bf16 bits of ``2**(b - 127) * 2**120`` for an E8M0 byte ``b <=
+    E4M3_FOLD_MAX_BYTE``: exponent field ``b + 120``, mantissa 0 (a normal bf16)."""
+    return (b + E4M3_REBIAS_EXP) << 7
+
+
+@cute.jit
+def e4m3_block_scale(byte: Int32) -> Int32:
+    """An E8M0 block scale byte (low 8 bits of ``byte``) for E4M3 weights as the word
+    ``e4m3_word_scaled`` takes: ``2**(B - 7)`` (the scale times the rebias ``2**120``) in
+    both halves for ``B <= E4M3_FOLD_MAX_BYTE``; else the scale itself (``scale_pair``:
+    ``2**(B - 127)``, NaN for 0xFF) with both sign bits set, the two-product flag (module
+    docstring)."""
+    b = byte & 0xFF
+    folded = bf16_pair(e4m3_folded_scale_bits(b))
+    flagged = scale_pair(b, False) | SIGN_BITS_X2
+    return Int32(cutlass.select_(b <= Int32(E4M3_FOLD_MAX_BYTE), folded, flagged))
+
+
 @cute.jit
 def e4m3_word_scaled(x: Int32, scale: Int32) -> list:
-    """The four E4M3 bytes of ``x`` times the block scale ``scale``: two bf16x2 words,
-    bytes (0, 1) and (2, 3), each the placed bits rebiased exactly and rounded once with
-    the scale; a NaN byte (``0x7F`` / ``0xFF``) is ``BF16_NAN_BITS`` in its half (module
-    docstring)."""
+    """The four E4M3 bytes of ``x`` times the block scale (``scale``: an
+    ``e4m3_block_scale`` word): two bf16x2 words, bytes (0, 1) and (2, 3), each the real
+    product rounded once; a NaN byte (``0x7F`` / ``0xFF``) is ``BF16_NAN_BITS`` in its
+    half (module docstring). One product a pair with the folded scale; a flagged scale
+    (negative word) takes the rebias product first."""
     out = cute.make_rmem_tensor(cute.make_layout(2), Int32)
-    rebias = Int32(E4M3_REBIAS_BF16X2)
     for j in cutlass.range_constexpr(2):
-        out[j] = bf16x2_mul(bf16x2_mul(e4m3_pair_bits(x, j), rebias), scale)
-    if has_e4m3_nan(x):
+        out[j] = bf16x2_mul(e4m3_pair_bits(x, j), scale)
+    if nan_or_flagged(x, scale):
+        if scale < Int32(0):
+            plain = scale & 0x7FFF7FFF
+            rebias = Int32(E4M3_REBIAS_BF16X2)
+            for j in cutlass.range_constexpr(2):
+                out[j] = bf16x2_mul(bf16x2_mul(e4m3_pair_bits(x, j), rebias), plain)
         for j in cutlass.range_constexpr(2):
             v = out[j]
             lo_nan = ((x >> (16 * j)) & 0x7F) == Int32(0x7F)

@@ -22,7 +22,7 @@ from oracle.routing import find_route_violations
 from tests.layer_check import compare_rows, layer_routes, layer_weights, oracle_output
 
 E, K, H, INTER, C = 8, 2, 256, 128, 300
-C_GEMV = {"fp8_mxfp4": 32, "nvfp4": 32, "mxfp8": 1}
+C_GEMV = {"fp8_mxfp4": 32, "nvfp4": 32, "mxfp8": 32}
 """Per recipe, the largest capacity that takes its GEMMs' GEMV variant
 (``mxfp4_gemm_kernel.GEMV_MAX_ROWS``); ``C`` takes the wgmma variants."""
 LAYER_CASES = [(r, C) for r in LAYER_RECIPES] + list(C_GEMV.items())

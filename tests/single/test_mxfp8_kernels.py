@@ -41,16 +41,27 @@ def test_mxfp8_gemm_rows_match_the_torch_path(cuda_device, cfg, mode, out_dtype)
     _check(case, mode, clamp)
 
 
-def test_mxfp8_decode_is_exact_for_every_byte_under_every_scale_byte(cuda_device) -> None:
+NAN_ROWS = (10, 11, 200, 201)
+"""Rows of the exhaustive decode test that keep their E4M3 NaN bytes: scale bytes 10 and 11
+(the folded scale) and 200 and 201 (past ``packed_decode.E4M3_FOLD_MAX_BYTE``: the flagged
+two-product path), so a NaN byte meets both paths of ``e4m3_word_scaled``'s rare branch."""
+
+
+@pytest.mark.parametrize("cfg", MXFP8_CONFIGS, ids=[c.name for c in MXFP8_CONFIGS])
+def test_mxfp8_decode_is_exact_for_every_byte_under_every_scale_byte(cuda_device, cfg) -> None:
     """a = I: out = W's dequantized values; row n has scale byte n, every payload byte (odd
     rows shifted by one, so each byte sits in both halves of a bf16x2 pair). The NaN bytes
-    0x7F / 0xFF stay in rows 10 (odd columns) and 11 (even columns) only: they poison those
-    two output columns, and the rest of the check needs finite weights."""
-    n, k = 256, 256
+    0x7F / 0xFF stay in rows 10 and 200 (odd columns) and 11 and 201 (even columns) only:
+    they poison those output columns, and the rest of the check needs finite weights
+    (``NAN_ROWS``). Every variant: the scale bytes above
+    ``packed_decode.E4M3_FOLD_MAX_BYTE`` take the two-product path, the others the folded
+    scale, through each variant's scale path (shared memory, registers, the GEMV's; K =
+    1024 puts the scale bytes of ``scale_regs`` variants in registers)."""
+    n, k = 256, 1024
     rows = torch.arange(n, dtype=torch.int32).view(n, 1)
     payload = ((torch.arange(k, dtype=torch.int32).view(1, k) + rows % 2) % 256).to(torch.uint8)
     nan_byte = (payload == 0x7F) | (payload == 0xFF)
-    nan_byte[10:12] = False
+    nan_byte[list(NAN_ROWS)] = False
     payload[nan_byte] = 0
     sbytes = torch.arange(n, dtype=torch.int32).to(torch.uint8).view(n, 1).expand(n, k // 32)
     w = Mxfp8Matrix(payload.view(torch.float8_e4m3fn).unsqueeze(0).to(cuda_device),
@@ -59,7 +70,8 @@ def test_mxfp8_decode_is_exact_for_every_byte_under_every_scale_byte(cuda_device
     eye = torch.eye(k, dtype=torch.bfloat16, device=cuda_device)
     out = torch.empty(k, n, dtype=torch.float32, device=cuda_device)
     assert grouped_gemm(eye, w, padded_segment_starts(counts).to(cuda_device),
-                        counts.to(cuda_device), out, mode="plain") == api.PATH_KERNEL
+                        counts.to(cuda_device), out, mode="plain",
+                        config=cfg) == api.PATH_KERNEL
     deq = w.dequantize()[0].cpu()  # float32 [N, K]
     # the kernel multiplies bf16 values: the dequantized value rounded to bf16
     want = deq.to(torch.bfloat16).to(torch.float32).t().contiguous()
@@ -69,7 +81,7 @@ def test_mxfp8_decode_is_exact_for_every_byte_under_every_scale_byte(cuda_device
     assert torch.equal(got.isnan(), want.isnan())
     fin = ~want.isnan()
     assert torch.equal(got[fin], want[fin])
-    assert bool(poisoned[10]) and bool(poisoned[11])  # the E4M3 NaN weights decode to NaN
+    assert all(bool(poisoned[r]) for r in NAN_ROWS)  # the E4M3 NaN weights decode to NaN
     assert int(poisoned.sum()) < n // 16  # only those, the overflowing scale bytes and 0xFF
 
 
