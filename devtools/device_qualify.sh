@@ -4,6 +4,10 @@
 #   run(command="bash devtools/device_qualify.sh sanitize racecheck", ...)  (one tool again)
 #   run(command="bash devtools/device_qualify.sh single 1/2", ...), then "single 2/2": the
 #   suite in shards, one device call each (tests.harness.shard; the ledger needs every shard)
+#   run(command="bash devtools/device_qualify.sh multi 2", ...): the multi tier in an
+#   emulated world of 2 ranks on the one GPU (real when the machine has 2 GPUs); "multi 4"
+#   likewise; "multi 2 memcheck" (or synccheck, ...): the tier's designated cases with
+#   every rank's process under that tool
 # A call returns at most 8 files from $OUT; qualify.py writes one log and one JUnit report
 # per suite or sanitized case (the sanitize suite about 25 per tool), so everything is
 # written under /tmp and $OUT gets: records/<suggested_record_name> (the records to commit
@@ -20,7 +24,7 @@
 # under MEGAMOE_SANITIZE_TIMEOUT s (default 420; session 32: racecheck passed 280 s with 15
 # cases, the other three finished inside it).
 set -u
-what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool]}
+what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool]}
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
@@ -48,7 +52,15 @@ case "$what" in
        echo "$t rc=$?" >> "$Q/rc.txt") &
     done
     wait ;;
-  *) echo "unknown: $what (single or sanitize)"; exit 2 ;;
+  multi)
+    p=${2:?usage: multi P [tool]}
+    tool=()
+    label="multi$p"
+    if [ -n "${3:-}" ]; then tool=(--sanitizer-tool "$3"); label="multi$p-$3"; fi
+    python3 qualify.py --suite multi --world-size "$p" "${tool[@]}" --require-arch sm_90 \
+      --timeout "${MEGAMOE_MULTI_TIMEOUT:-560}" --output-dir "$Q/$label" > "$Q/$label.log" 2>&1
+    echo "$label rc=$?" >> "$Q/rc.txt" ;;
+  *) echo "unknown: $what (single, sanitize or multi)"; exit 2 ;;
 esac
 for rec in "$Q"/*/qualification.json; do
   [ -f "$rec" ] || continue

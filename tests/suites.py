@@ -137,10 +137,13 @@ SUITES: dict[str, Suite] = {
         ),
         Suite(
             "multi",
-            "multi tier (EP world): real or emulated ranks, changing-route scenarios",
+            "multi tier (EP world, torchrun, a process per rank): real, emulated or cpu "
+            "world, changing-route scenarios: ./run_tests.sh multi [--world-size P] "
+            "[--mode M] [-- pytest args]",
             paths=("tests/multi",),
             markexpr="multirank",
             needs_gpu=True,
+            module="tests.harness.multi_cli",
             exclusive_gpu=True,
         ),
         Suite(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness.shard import parse_shard
+from tests.harness.worlds import BACKENDS, MODES, WORLD_SIZES
 from tests.suites import SANITIZER_TOOLS
 
 SUITE_CHOICES = ("host", "single", "multi", "sanitize", "gpu", "all")
@@ -15,8 +16,6 @@ SUITE_CHOICES = ("host", "single", "multi", "sanitize", "gpu", "all")
 the four sanitizer tools at once; ``all``: ``host``, ``single``, ``multi``, then the tools."""
 SHARDED_SUITES = ("single",)
 """Suites ``--shard`` may split (``tests.harness.shard``; the ledger joins their shards)."""
-WORLD_SIZES = (2, 4, 8)
-MODES = ("real", "emulated")
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,8 @@ class QualifyArgs:
     suite: str | None
     output_dir: Path | None
     world_size: int
-    mode: str
+    mode: str | None
+    """``--mode``, or None: chosen from the machine (``tests.harness.worlds.resolve_mode``)."""
     filter: str | None
     timeout: float | None
     sanitizer_tool: str | None
@@ -33,6 +33,8 @@ class QualifyArgs:
     workers: int = 1
     shard: str | None = None
     """``I/N``: only shard I of N of the suite's tests (``tests.harness.shard``)."""
+    backend: str | None = None
+    """``--backend`` of the multi suite's world, or None: the mode's first."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -47,6 +49,7 @@ class QualifyArgs:
             "check_ledger": self.check_ledger,
             "workers": self.workers,
             "shard": self.shard,
+            "backend": self.backend,
         }
 
 
@@ -60,17 +63,24 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--output-dir", type=Path, help="where logs, JUnit XML and the record go")
     ap.add_argument("--world-size", type=int, choices=WORLD_SIZES, default=2,
                     help="ranks for --suite multi")
-    ap.add_argument("--mode", choices=MODES, default="real",
-                    help="multi: real (torchrun, one process per GPU) or emulated (one process)")
+    ap.add_argument("--mode", choices=MODES,
+                    help="multi: real (one process and one GPU per rank), emulated (P "
+                    "processes on one GPU) or cpu (P processes on the CPU, no kernels); all "
+                    "started by torchrun. Default: real with --world-size GPUs, else emulated")
+    ap.add_argument("--backend", choices=sorted({b for bs in BACKENDS.values() for b in bs}),
+                    help="multi: symmetric memory of the world (default: torch_symm on GPUs, "
+                    "host on the CPU)")
     ap.add_argument("--filter", help="pytest -k expression (recorded)")
     ap.add_argument("--timeout", type=float, help="seconds per suite; expiry kills the process "
                     "group (SIGTERM, then SIGKILL) and exits 124")
     ap.add_argument("--sanitizer-tool", choices=SANITIZER_TOOLS,
-                    help="tool for --suite sanitize (all four when --suite gpu or all and "
+                    help="tool for --suite sanitize, or for --suite multi: the multi tier's "
+                    "designated cases with every rank's process under the tool (all four when "
+                    "--suite gpu or all and "
                     "unset)")
     ap.add_argument("--require-arch", help="refuse to run unless every GPU is this arch (sm_90)")
     ap.add_argument("--workers", type=int, default=1,
-                    help="exclusive GPU suites (single, multi emulated): run the tests not marked "
+                    help="exclusive GPU suites (single): run the tests not marked "
                     "'timing' in this many pytest-xdist workers, then the 'timing' tests alone "
                     "(recorded; default 1: one process)")
     ap.add_argument("--shard", metavar="I/N",
@@ -104,5 +114,9 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
             shard = parse_shard(ns.shard).text
         except ValueError as err:
             ap.error(f"--{err}")
+    if ns.backend is not None and ns.mode is not None and ns.backend not in BACKENDS[ns.mode]:
+        ap.error(f"--backend {ns.backend} cannot serve --mode {ns.mode} (it takes "
+                 f"{', '.join(BACKENDS[ns.mode])})")
     return QualifyArgs(ns.suite, ns.output_dir, ns.world_size, ns.mode, ns.filter, ns.timeout,
-                       ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers, shard)
+                       ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers, shard,
+                       ns.backend)

@@ -3,7 +3,8 @@
 Contract (issue 4): ``qualify.py --check-ledger`` fails when the current
 kernel-source digest (``tests.harness.hashing``) has no passing ``single``
 record under ``docs/qualification/`` (and, once ``tests/multi`` holds test
-files, no passing ``multi`` record), or no passing ``sanitize`` record for each
+files, no passing ``multi`` record of a real or emulated world: a CPU world runs no
+kernel), or no passing ``sanitize`` record for each
 compute-sanitizer tool (``SANITIZER_TOOLS``: memcheck, synccheck, racecheck,
 initcheck), printing which kernel files changed since the last digest that
 requirement saw qualified. Before any kernel module exists it passes with a
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from tests.harness.hashing import diff_files, hash_group, kernel_modules
 from tests.harness.shard import Shard, parse_shard
+from tests.harness.worlds import KERNEL_MODES
 from tests.suites import SANITIZER_TOOLS
 
 LEDGER_DIR = "docs/qualification"
@@ -76,15 +78,28 @@ def passes_suite(record: dict, suite: str, tool: str | None = None) -> bool:
 
 
 def _passes(record: dict, suite: str, tool: str | None = None) -> bool:
-    """``passes_suite`` without the shard rule."""
+    """``passes_suite`` without the shard rule. A ``multi`` run counts only in a world that
+    runs kernels (``worlds.KERNEL_MODES``: real or emulated, never the CPU world)."""
     gpus = record.get("environment", {}).get("gpus") or []
     if record.get("arguments", {}).get("filter"):
         return False
     return bool(gpus) and any(
         s.get("name") == suite and s.get("status") == "pass"
         and (tool is None or s.get("tool") == tool)
+        and (suite != "multi" or s.get("mode") in KERNEL_MODES)
         for s in record.get("suites", [])
     )
+
+
+def multi_evidence(record: dict) -> str:
+    """What a passing ``multi`` record proves, for the ledger's line: its world."""
+    for s in record.get("suites", []):
+        if s.get("name") == "multi":
+            mode, size = s.get("mode"), s.get("world_size")
+            what = ("real GPUs" if mode == "real" else
+                    "emulated on one GPU: proves no cross-GPU memory ordering")
+            return f" ({mode}, P = {size}, {s.get('backend', '?')}; {what})"
+    return ""
 
 
 def _digest(record: dict, group: str) -> object:
@@ -152,6 +167,17 @@ def check_ledger(root: Path) -> LedgerResult:
         passing = [(p, r) for p, r in records if passes_suite(r, req.suite, req.tool)]
         match = [p for p, r in passing if _digest(r, "kernel") == current.digest]
         if match:
+            if req.suite == "multi":
+                by_mode = {}
+                for p, r in passing:
+                    if _digest(r, "kernel") == current.digest:
+                        by_mode[multi_evidence(r)] = p
+                lines += [f"ledger: multi: qualified by {p.relative_to(root)}{ev}"
+                          for ev, p in sorted(by_mode.items())]
+                if not any("(real," in ev for ev in by_mode):
+                    lines.append("ledger: multi: no real-world record for this digest yet "
+                                 "(cross-GPU memory ordering unproven)")
+                continue
             lines.append(f"ledger: {label}: qualified by {match[-1].relative_to(root)}")
             continue
         shards = shard_set(records, req.suite, current.digest) if req.tool is None else None

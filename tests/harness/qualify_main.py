@@ -10,6 +10,7 @@ kernel sources, 1 otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +33,15 @@ from tests.harness.preflight import (
 )
 from tests.harness.runner import TIMEOUT_EXIT, terminate_groups_on_signals
 from tests.harness.strict import STATUS_PASS, STATUS_PREFLIGHT, STATUS_TIMEOUT
-from tests.harness.suite_run import RunContext, SuiteRun, run_multi, run_pytest_suite, run_sanitize
+from tests.harness.suite_run import (
+    MULTI_SANITIZE,
+    RunContext,
+    SuiteRun,
+    run_multi,
+    run_pytest_suite,
+    run_sanitize,
+)
+from tests.harness.worlds import check_world, resolve_backend, resolve_mode
 from tests.suites import SANITIZE_COVERAGE, SANITIZER_TOOLS, SUITES, SanitizerCoverage, Suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +58,8 @@ def planned_runs(args: QualifyArgs) -> list[tuple[str, str | None]]:
         return [("single", None)] + [("sanitize", t) for t in tools]
     if args.suite == "sanitize":
         return [("sanitize", args.sanitizer_tool)]
+    if args.suite == "multi" and args.sanitizer_tool:
+        return [(MULTI_SANITIZE, args.sanitizer_tool)]
     return [(str(args.suite), None)]
 
 
@@ -79,21 +90,37 @@ def execute(plan: Sequence[tuple[str, str | None]],
 
 def preflight(args: QualifyArgs, plan: Sequence[tuple[str, str | None]],
               gpus: Sequence[dict], python: str) -> list[Check]:
+    """Every check that must pass before any suite runs (``args.mode`` already resolved:
+    ``resolve_args``)."""
     checks = []
     if args.require_arch:
         checks.append(check_require_arch(args.require_arch, gpus))
     names = {name for name, _ in plan}
-    for name in sorted(names & set(GPU_SUITES)):
-        needed = args.world_size if name == "multi" and args.mode == "real" else 1
-        checks.append(check_gpus(name, gpus, needed))
+    multi = bool(names & {"multi", MULTI_SANITIZE})
+    for name in sorted(names & set(GPU_SUITES) - {"multi"}):
+        checks.append(check_gpus(name, gpus, 1))
+    if multi:
+        checks.append(check_world(args.mode, args.backend, args.world_size, gpus))
+    if MULTI_SANITIZE in names and args.mode == "cpu":
+        checks.append(Check("multi: sanitizer", False, "compute-sanitizer checks kernels: a "
+                            "CPU world runs none (use --mode emulated or real)"))
     checks.append(check_cute_dsl(python))
-    if "multi" in names and args.mode == "real":
+    if multi:
         checks.append(check_torchrun())
-    if "sanitize" in names:
+    if names & {"sanitize", MULTI_SANITIZE}:
         from sanitizers.wrapper import find_compute_sanitizer
 
         checks.append(check_sanitizer(find_compute_sanitizer()))
     return checks
+
+
+def resolve_args(args: QualifyArgs, gpus: Sequence[dict]) -> QualifyArgs:
+    """``args`` with the multi suite's world chosen (``tests.harness.worlds``): the mode from
+    the machine when none was asked for (None when it has no GPU: preflight refuses), the
+    mode's first backend when none was asked for."""
+    mode = resolve_mode(args.mode, args.world_size, gpus)
+    backend = resolve_backend(args.backend, mode) if mode is not None else args.backend
+    return dataclasses.replace(args, mode=mode, backend=backend)
 
 
 def run_one(name: str, tool: str | None, ctx: RunContext, suites: Mapping[str, Suite],
@@ -104,6 +131,11 @@ def run_one(name: str, tool: str | None, ctx: RunContext, suites: Mapping[str, S
         return run_sanitize(coverage[str(tool)], ctx, str(find_compute_sanitizer()))
     if name == "multi":
         return run_multi(suites[name], ctx)
+    if name == MULTI_SANITIZE:
+        from sanitizers.wrapper import find_compute_sanitizer
+
+        return run_multi(suites["multi"], ctx, sanitizer=(coverage[str(tool)],
+                                                          str(find_compute_sanitizer())))
     return run_pytest_suite(suites[name], ctx)
 
 
@@ -136,6 +168,7 @@ def main(
     started = utc_now()
     env = environment if environment is not None else collect_environment()
     plan = planned_runs(args)
+    args = resolve_args(args, env.get("gpus") or [])
     checks = preflight(args, plan, env.get("gpus") or [], python)
     record: dict = {
         "arguments": {**args.as_dict(), "argv": list(argv)},
@@ -153,8 +186,9 @@ def main(
                                   "finished_at": utc_now()})
         print(f"qualify.py: refused; record written to {path}", file=sys.stderr)
         return EXIT_PREFLIGHT
-    ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size, args.mode,
-                     neighbour_watch, args.workers, args.shard)
+    ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size,
+                     args.mode or "", neighbour_watch, args.workers, args.shard,
+                     args.backend or "")
     with terminate_groups_on_signals():
         runs = execute(plan, lambda name, tool: run_one(name, tool, ctx, suites, coverage))
     status = overall_status(runs)

@@ -2,8 +2,9 @@
 
 Every process runs through ``runner.run_process`` (own process group,
 ``--timeout`` enforced on the whole group). Artifacts land in the output
-directory: ``<suite>.log``, ``<suite>.junit.xml`` (multi real:
-``multi.rank<R>.junit.xml`` per rank), ``sanitize-<tool>/`` per tool.
+directory: ``<suite>.log``, ``<suite>.junit.xml`` (multi, every mode:
+``multi.rank<R>.junit.xml`` and ``multi.rank<R>.rc`` per rank), ``sanitize-<tool>/`` per
+tool.
 
 ``--workers N`` (N > 1) splits an exclusive-GPU pytest suite in two phases
 (``run_split``): the tests marked neither ``timing`` nor ``alone`` in N pytest-xdist
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -24,10 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.harness.gpu_neighbours import NeighbourReport, NeighbourWatch, judge_exclusive
-from tests.harness.junit import JUnitCounts, parse_junit, parse_many
+from tests.harness.junit import JUnitCounts, case_ids, parse_junit, parse_many
 from tests.harness.runner import run_process
 from tests.harness.shard import SHARD_OPTION, SHARD_PLUGIN
 from tests.harness.strict import STATUS_FAIL, STATUS_PASS, STATUS_TIMEOUT, strict_verdict
+from tests.harness.worlds import (
+    BACKEND_ENV,
+    CPU_DESELECTED,
+    MODE_ENV,
+    NO_MULTICAST_ENV,
+    WORLD_NOTES,
+    WORLD_SIZE_ENV,
+)
 from tests.suites import PYTEST_NO_TESTS_COLLECTED, SanitizerCoverage, Suite
 
 
@@ -46,6 +56,8 @@ class RunContext:
     """``--workers``: pytest-xdist workers for an exclusive suite's non-timing tests."""
     shard: str | None = None
     """``--shard I/N``: the pytest runs load ``shard_plugin`` and keep shard I of N."""
+    backend: str = ""
+    """The multi suite's world backend (``tests.harness.worlds``)."""
 
 
 @dataclass(frozen=True)
@@ -202,64 +214,175 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
 
 
 def multi_env(ctx: RunContext) -> dict[str, str]:
-    """What a multirank test reads to know its world (DESIGN.md: emulated EP)."""
-    return {"MEGAMOE_EP_MODE": ctx.mode, "MEGAMOE_WORLD_SIZE": str(ctx.world_size)}
+    """What every rank reads to know its world (``megamoe.comm.launch``), multicast off."""
+    return {MODE_ENV: ctx.mode, BACKEND_ENV: ctx.backend, WORLD_SIZE_ENV: str(ctx.world_size),
+            **NO_MULTICAST_ENV}
 
 
-def torchrun_command(suite: Suite, ctx: RunContext, junit_prefix: Path) -> list[str]:
-    """torchrun with one process per GPU, each a pytest with its own JUnit report."""
+def multi_markexpr(suite: Suite, mode: str) -> str:
+    """The suite's selection in ``mode``: a CPU world does not select the CUDA-graph tests
+    (``worlds.CPU_DESELECTED``; the record says so)."""
+    if mode != "cpu":
+        return suite.markexpr
+    return f"({suite.markexpr}) and not {CPU_DESELECTED}" if suite.markexpr else (
+        f"not {CPU_DESELECTED}")
+
+
+MULTI_SANITIZE = "multi-sanitize"
+"""The record's suite name of a multi run under compute-sanitizer (``--suite multi
+--sanitizer-tool T``): the designated cases only, so it never stands for ``multi``."""
+
+
+def torchrun_command(suite: Suite, ctx: RunContext, junit_prefix: Path,
+                     sanitizer: tuple[str, str] | None = None) -> list[str]:
+    """torchrun with one process per rank, each a pytest with its own JUnit report
+    (``tests.harness.rank_pytest``): the same launcher in every mode. ``sanitizer``
+    (``(tool, compute-sanitizer)``): every rank's process runs under the tool, logging to
+    ``<prefix>.rank<R>.<tool>.log``, over the tier's designated cases (marker
+    ``sanitizer``)."""
     pytest_args = list(suite.paths)
-    if suite.markexpr:
-        pytest_args += ["-m", suite.markexpr]
-    pytest_args += _pytest_args(suite, ctx)
-    return [
-        ctx.python, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={ctx.world_size}", "--tee=3",
-        "-m", "tests.harness.rank_pytest", "--junit-prefix", str(junit_prefix), "--",
-        *pytest_args,
-    ]
+    markexpr = multi_markexpr(suite, ctx.mode)
+    if sanitizer is not None:
+        markexpr = f"({markexpr}) and sanitizer" if markexpr else "sanitizer"
+    if markexpr:
+        pytest_args += ["-m", markexpr]
+    pytest_args += [*_pytest_args(suite, ctx), *suite.extra_args]
+    launcher = [ctx.python, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={ctx.world_size}", "--tee=3"]
+    target = [ctx.python, "-m", "tests.harness.rank_pytest", "--junit-prefix",
+              str(junit_prefix), "--", *pytest_args]
+    if sanitizer is None:
+        return [*launcher, *target[1:]]
+    from sanitizers.wrapper import sanitizer_command
+
+    tool, exe = sanitizer
+    log = shlex.quote(f"{junit_prefix}.rank") + "$RANK" + shlex.quote(f".{tool}.log")
+    wrapped = sanitizer_command(exe, tool, ["--log-file", "@LOG@", *target])
+    script = "exec " + shlex.join(wrapped).replace(shlex.quote("@LOG@"), log)
+    return [*launcher, "--no-python", "sh", "-c", script]
 
 
-def run_multi(suite: Suite, ctx: RunContext) -> SuiteRun:
-    """Emulated: one process (P logical ranks on one GPU). Real: torchrun, P processes."""
+def _rank_returncode(rc_file: Path, fallback: int) -> int:
+    """The rank's pytest exit code (``rank_pytest``), or ``fallback`` when it never wrote one
+    (it died, or the group was killed)."""
+    try:
+        return int(rc_file.read_text().strip())
+    except (OSError, ValueError):
+        return fallback if fallback != 0 else 1
+
+
+def same_tests_everywhere(junits: list[Path]) -> str:
+    """'' when every rank's report holds the same test ids, else what differs (the ranks of
+    a world must run the same tests in the same order, or they stop meeting each other)."""
+    sets = [set(case_ids(j)) for j in junits]
+    if not sets or all(s == sets[0] for s in sets):
+        return ""
+    lines = []
+    for r, s in enumerate(sets[1:], start=1):
+        only0, only_r = sorted(sets[0] - s), sorted(s - sets[0])
+        if only0 or only_r:
+            lines.append(f"rank 0 only: {only0[:3]}; rank {r} only: {only_r[:3]}")
+    return "ranks collected different tests: " + " | ".join(lines)
+
+
+def _planted_case(coverage: SanitizerCoverage, exe: str, ctx: RunContext, out: Path) -> dict:
+    """The tool's planted self-test, in this very run (it must be caught: the tool is wired
+    right); one process, as in the ``sanitize`` suite."""
+    from sanitizers.wrapper import EXPECT_CAUGHT, run_case
+
+    res = run_case(coverage.tool, coverage.planted, EXPECT_CAUGHT, exe=exe, python=ctx.python,
+                   root=ctx.root, out_dir=out, timeout_s=ctx.timeout or 600.0,
+                   expect_report=coverage.planted_report)
+    return {"case": res.case, "ok": res.ok, "reason": res.reason, "log": _rel(ctx, Path(res.log))}
+
+
+def run_multi(suite: Suite, ctx: RunContext,
+              sanitizer: tuple[SanitizerCoverage, str] | None = None) -> SuiteRun:
+    """Every mode: torchrun, one process per rank (``tests.harness.worlds``). A rank passes
+    when its report passes strictly and its pytest exited 0; the suite passes when every
+    rank passes and every rank ran the same test ids; the whole process group is killed at
+    ``--timeout`` (status timeout). ``sanitizer`` (``(coverage, compute-sanitizer)``): the
+    run is ``MULTI_SANITIZE``: the tool's planted self-test must be caught first, then every
+    rank's process runs the designated cases under the tool and passes only with a clean
+    summary (zero errors) as well."""
+    from tests.harness.rank_pytest import rank_paths
+
+    name = suite.name if sanitizer is None else MULTI_SANITIZE
+    tool = None if sanitizer is None else sanitizer[0].tool
     env = multi_env(ctx)
-    if ctx.mode == "emulated":
-        run = run_pytest_suite(suite, ctx, env=env)
-        return SuiteRun(**{**run.__dict__, "details": {**run.details, "world_size": ctx.world_size,
-                                                       "mode": ctx.mode}})
-    prefix = ctx.out_dir / suite.name
-    log = ctx.out_dir / f"{suite.name}.log"
+    if tool is not None:
+        from sanitizers.wrapper import SANITIZER_TOOL_ENV
+
+        env.update({"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", SANITIZER_TOOL_ENV: tool})
+    label = name if tool is None else f"{name}-{tool}"
+    prefix = ctx.out_dir / label
+    log = ctx.out_dir / f"{label}.log"
     log.unlink(missing_ok=True)
-    junits = [Path(f"{prefix}.rank{r}.junit.xml") for r in range(ctx.world_size)]
-    for j in junits:
-        j.unlink(missing_ok=True)
-    cmd = torchrun_command(suite, ctx, prefix)
-    watch = _watch(suite, ctx)
+    paths = [rank_paths(str(prefix), r) for r in range(ctx.world_size)]
+    tool_logs = [Path(f"{prefix}.rank{r}.{tool}.log") for r in range(ctx.world_size)]
+    for junit, rc_file in paths:
+        junit.unlink(missing_ok=True)
+        rc_file.unlink(missing_ok=True)
+    for p in tool_logs:
+        p.unlink(missing_ok=True)
+    planted = None
+    if sanitizer is not None:
+        planted = _planted_case(sanitizer[0], sanitizer[1], ctx, ctx.out_dir / label)
+    cmd = torchrun_command(suite, ctx, prefix,
+                           None if sanitizer is None else (str(tool), sanitizer[1]))
+    watch = _watch(suite, ctx) if ctx.mode != "cpu" else None
     res = run_process(cmd, cwd=ctx.root, log_path=log, timeout_s=ctx.timeout, env=_env(env))
     ranks = []
     statuses = []
-    for r, j in enumerate(junits):
-        counts = parse_junit(j) if j.exists() else None
-        v = strict_verdict(f"suite multi rank {r}", res.returncode, res.timed_out, counts,
-                           ctx.timeout)
-        statuses.append(v.status)
-        ranks.append({"rank": r, "status": v.status, "message": v.message,
-                      "junit": _rel(ctx, j) if j.exists() else None,
-                      "counts": counts.as_dict() if counts else None})
-    present = [j for j in junits if j.exists()]
+    for r, (junit, rc_file) in enumerate(paths):
+        counts = parse_junit(junit) if junit.exists() else None
+        rc = _rank_returncode(rc_file, res.returncode)
+        v = strict_verdict(f"suite {label} rank {r}", rc, res.timed_out, counts, ctx.timeout)
+        status, message = v.status, v.message
+        entry: dict = {"rank": r, "returncode": rc,
+                       "junit": _rel(ctx, junit) if junit.exists() else None,
+                       "counts": counts.as_dict() if counts else None}
+        if tool is not None:
+            from sanitizers.summary import STATUS_PASS as CLEAN
+            from sanitizers.summary import parse_summary
+
+            text = (tool_logs[r].read_text(encoding="utf-8", errors="replace")
+                    if tool_logs[r].exists() else "")
+            summary = parse_summary(text, tool)
+            entry["sanitizer"] = {**summary.as_dict(), "log": _rel(ctx, tool_logs[r])}
+            if status == STATUS_PASS and summary.status != CLEAN:
+                status = STATUS_FAIL
+            message += f"; {tool}: {summary.status} ({summary.reason})"
+        statuses.append(status)
+        ranks.append({**entry, "status": status, "message": message})
+    present = [junit for junit, _ in paths if junit.exists()]
     total: JUnitCounts | None = parse_many(present) if present else None
+    differ = same_tests_everywhere(present) if len(present) == ctx.world_size else ""
+    caught = planted is None or planted["ok"]
     if STATUS_TIMEOUT in statuses:
         status = STATUS_TIMEOUT
-    elif all(s == STATUS_PASS for s in statuses):
+    elif (all(s == STATUS_PASS for s in statuses) and not differ and res.returncode == 0
+          and caught):
         status = STATUS_PASS
     else:
         status = STATUS_FAIL
-    message = f"suite multi (real, {ctx.world_size} ranks): {status}; " + " | ".join(
-        rk["message"] for rk in ranks)
-    status, message, details = _exclusive(
-        watch, status, message,
-        {**env, "world_size": ctx.world_size, "mode": ctx.mode, "ranks": ranks})
-    return SuiteRun(suite.name, status, message, res.duration_s, res.returncode, res.timed_out,
+    notes = [rk["message"] for rk in ranks]
+    if planted is not None:
+        notes.insert(0, f"planted {tool} self-test: {planted['reason']}")
+    if differ:
+        notes.append(differ)
+    if res.returncode != 0 and not res.timed_out:
+        notes.append(f"torchrun exited {res.returncode} (a rank's process died)")
+    message = (f"suite {label} ({ctx.mode}, {ctx.world_size} ranks, {ctx.backend}): {status}; "
+               + " | ".join(notes))
+    details = {**env, "world_size": ctx.world_size, "mode": ctx.mode, "backend": ctx.backend,
+               "world": WORLD_NOTES.get(ctx.mode, ""), "ranks": ranks}
+    if tool is not None:
+        details.update({"tool": tool, "planted": planted})
+    if ctx.mode == "cpu":
+        details["deselected"] = f"tests marked {CPU_DESELECTED} (CUDA graphs need a GPU)"
+    status, message, details = _exclusive(watch, status, message, details)
+    return SuiteRun(name, status, message, res.duration_s, res.returncode, res.timed_out,
                     (tuple(cmd),), total.as_dict() if total else None,
                     tuple(rk["junit"] for rk in ranks if rk["junit"]), (_rel(ctx, log),),
                     details)

@@ -62,7 +62,7 @@ def _run(tmp_path: Path, what: str, failing: str = "none",
            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(ROOT),  # the script reads the tool list from tests.suites
            **(env_extra or {})}
-    argv = ["bash", str(SCRIPT), what] + ([tool] if tool else [])
+    argv = ["bash", str(SCRIPT), what] + (tool.split() if tool else [])
     proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True,
                           text=True, timeout=120)
     return proc.returncode, out
@@ -100,9 +100,15 @@ def test_a_failing_suite_fails_the_script_and_its_record_still_comes_back(tmp_pa
 
 
 def test_an_unknown_suite_is_refused(tmp_path) -> None:
-    rc, out = _run(tmp_path, "multi")
+    rc, out = _run(tmp_path, "bogus")
     assert rc == 2
     assert not list((out / "records").iterdir())
+
+
+def test_multi_without_a_world_size_is_refused(tmp_path) -> None:
+    rc, out = _run(tmp_path, "multi")
+    assert rc != 0
+    assert not (out / "records").exists() or not list((out / "records").iterdir())
 
 
 def test_one_sanitizer_tool_can_be_run_again_alone(tmp_path) -> None:
@@ -186,3 +192,17 @@ def test_the_sanitizer_tools_get_a_limit_that_fits_one_device_call(tmp_path,
     for rec in (out / "records").iterdir():
         argv = json.loads(rec.read_text())["argv"]
         assert argv[argv.index("--timeout") + 1] == "333"
+
+
+@pytest.mark.parametrize(("args", "name"), [("2", "multi"), ("4 memcheck", "multi-memcheck")])
+def test_a_multi_call_brings_back_its_record_and_passes_the_world_size(tmp_path, args,
+                                                                        name) -> None:
+    rc, out = _run(tmp_path, "multi", tool=args)
+    assert rc == 0
+    records = sorted(p.name for p in (out / "records").iterdir())
+    assert records == [f"20261203T000000Z_{name}_abc.json"]
+    argv = json.loads((out / "records" / records[0]).read_text())["argv"]
+    size, *tool = args.split()
+    assert argv[argv.index("--world-size") + 1] == size
+    assert ("--sanitizer-tool" in argv) == bool(tool)
+    assert len(_files(out)) <= DEVICE_FILE_LIMIT

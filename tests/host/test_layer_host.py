@@ -196,17 +196,18 @@ def test_compare_rows_catches_planted_output_bugs() -> None:
     live = int((ids != -1).any(dim=1).nonzero()[0])
     one_row = out.clone()
     one_row[live] = (one_row[live].float() * 1.03).bfloat16()  # 3% off on one row
-    assert any(f"live row {live}" in p for p in compare_rows(one_row, want, ids, "bf16").problems)
+    assert compare_rows(one_row, want, ids, "bf16").failing_rows == (live,)
     assert compare_rows(torch.zeros_like(out), want, ids, "bf16").problems  # all-zero fails
     nan_dead = out.clone()
     nan_dead[1, 0] = float("nan")
-    assert any("inactive row 1" in p for p in compare_rows(nan_dead, want, ids, "bf16").problems)
+    assert compare_rows(nan_dead, want, ids, "bf16").failing_rows == (1,)
     neg_zero = out.clone()
     neg_zero[1] = -0.0
     assert compare_rows(neg_zero, want, ids, "bf16").problems  # -0.0 is not +0.0
     inf_row = out.clone()
     inf_row[live, 3] = float("inf")
-    assert any("not finite" in p for p in compare_rows(inf_row, want, ids, "bf16").problems)
+    report = compare_rows(inf_row, want, ids, "bf16")
+    assert live in report.failing_rows and any("not finite" in p for p in report.problems)
 
 
 # ---------------------------------------------------------------- fp8_mxfp4 on the CPU path

@@ -34,8 +34,12 @@ def repo(tmp_path: Path) -> Path:
 
 
 def _suite(entry: str, status: str) -> dict:
-    """``"single"``, or ``"sanitize:memcheck"`` for a sanitizer run of one tool."""
+    """``"single"``, ``"sanitize:memcheck"`` for a sanitizer run of one tool, or
+    ``"multi:emulated"`` (``"multi"``: emulated) for a multi run in that world."""
     name, _, tool = entry.partition(":")
+    if name == "multi":
+        return {"name": name, "status": status, "mode": tool or "emulated", "world_size": 2,
+                "backend": "torch_symm"}
     return {"name": name, "status": status, **({"tool": tool} if tool else {})}
 
 
@@ -179,7 +183,24 @@ def test_once_multi_tests_exist_a_passing_multi_record_is_required_too(repo: Pat
     assert not result.ok
     assert "no passing 'multi' record" in "\n".join(result.lines)
     record(repo, "b.json", "multi")
-    assert check_ledger(repo).ok
+    result = check_ledger(repo)
+    assert result.ok
+    text = "\n".join(result.lines)
+    assert "proves no cross-GPU memory ordering" in text
+    assert "no real-world record for this digest yet" in text
+    record(repo, "c.json", "multi:real")
+    text = "\n".join(check_ledger(repo).lines)
+    assert "(real, P = 2" in text and "emulated on one GPU" in text  # both listed
+    assert "no real-world record" not in text
+
+
+def test_a_cpu_world_multi_record_never_vouches_for_kernels(repo: Path) -> None:
+    (repo / "tests" / "multi" / "test_world.py").write_text("def test_x(): pass\n")
+    record(repo, "a.json", "single")
+    sanitized(repo)
+    record(repo, "b.json", "multi:cpu")
+    result = check_ledger(repo)
+    assert not result.ok and "no passing 'multi' record" in "\n".join(result.lines)
 
 
 def test_the_change_list_compares_with_the_latest_qualified_record(repo: Path) -> None:

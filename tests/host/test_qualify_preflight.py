@@ -15,7 +15,7 @@ from tests.harness.preflight import (
     check_require_arch,
     check_torchrun,
 )
-from tests.harness.qualify_main import EXIT_PREFLIGHT, main, planned_runs, preflight
+from tests.harness.qualify_main import EXIT_PREFLIGHT, main, planned_runs, preflight, resolve_args
 from tests.suites import SANITIZER_TOOLS
 
 H200 = {"index": 0, "name": "NVIDIA H200", "arch": "sm_90", "total_memory_bytes": 1}
@@ -52,21 +52,46 @@ def test_gpu_suite_without_a_gpu_is_refused_with_the_count(tmp_path, capsys) -> 
     assert "suite single needs 1 CUDA GPU(s), found 0" in err
 
 
-def test_real_multi_needs_one_gpu_per_rank() -> None:
-    check = check_gpus("multi", [H200], 4)
-    assert not check.ok and "needs 4" in check.detail
-    args = parse_args(["--suite", "multi", "--world-size", "4", "--mode", "real",
-                       "--output-dir", "x"])
-    names = {c.name for c in preflight(args, planned_runs(args), [H200], sys.executable)}
-    assert "torchrun" in names
+def _multi_checks(mode: str | None, world_size: int, gpus: list[dict]) -> dict[str, object]:
+    argv = ["--suite", "multi", "--world-size", str(world_size), "--output-dir", "x"]
+    args = parse_args([*argv, "--mode", mode] if mode else argv)
+    args = resolve_args(args, gpus)
+    return {c.name: c for c in preflight(args, planned_runs(args), gpus, sys.executable)}
 
 
-def test_emulated_multi_needs_one_gpu_and_no_torchrun() -> None:
-    args = parse_args(["--suite", "multi", "--world-size", "8", "--mode", "emulated",
-                       "--output-dir", "x"])
-    checks = preflight(args, planned_runs(args), [H200], sys.executable)
-    assert all(c.ok for c in checks), checks
-    assert "torchrun" not in {c.name for c in checks}
+def test_real_multi_needs_one_gpu_per_rank_and_torchrun() -> None:
+    checks = _multi_checks("real", 4, [H200])
+    world = checks["multi: world"]
+    assert not world.ok and "needs 4 sm_90 GPU(s), found 1" in world.detail
+    assert checks["torchrun"].ok
+
+
+def test_emulated_multi_needs_one_gpu_and_the_same_launcher() -> None:
+    checks = _multi_checks("emulated", 8, [H200])
+    assert all(c.ok for c in checks.values()), checks
+    assert "proves no cross-GPU memory ordering" in checks["multi: world"].detail
+    assert not _multi_checks("emulated", 2, [A100])["multi: world"].ok
+
+
+def test_cpu_multi_needs_no_gpu_and_says_it_runs_no_kernel() -> None:
+    checks = _multi_checks("cpu", 4, [])
+    assert all(c.ok for c in checks.values()), checks
+    assert "runs no kernel" in checks["multi: world"].detail
+
+
+def test_without_a_mode_the_machine_chooses_or_refuses() -> None:
+    assert resolve_args(parse_args(["--suite", "multi", "--world-size", "2", "--output-dir",
+                                    "x"]), [H200, H200]).mode == "real"
+    assert resolve_args(parse_args(["--suite", "multi", "--world-size", "4", "--output-dir",
+                                    "x"]), [H200, H200]).mode == "emulated"
+    refused = _multi_checks(None, 2, [])["multi: world"]
+    assert not refused.ok and "--mode cpu" in refused.detail
+
+
+def test_a_backend_that_cannot_serve_the_mode_is_refused_at_parse_time() -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--suite", "multi", "--mode", "cpu", "--backend", "nvshmem",
+                    "--output-dir", "x"])
 
 
 def test_gpu_suites_refuse_a_gpu_the_kernels_cannot_run_on() -> None:
