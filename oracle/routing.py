@@ -31,10 +31,11 @@ ID_DTYPES = (torch.int32, torch.int64)
 SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 STAGED_ID_DTYPE = torch.int32
 STAGED_SCORE_DTYPE = torch.float32
-# The float32 NaN an active NaN score stages as (CUDA's canonical NaN). Conversions disagree
-# on NaN payloads (torch CPU gives 0x7FFFFFFF for float16 NaN, numpy 0x7FC00000), so the
-# staged bits are pinned here. Only invalid routes (checks off) can carry one.
-CANONICAL_NAN_BITS = 0x7FFFFFFF
+# The float32 NaN an active NaN score stages as: the canonical quiet NaN 0x7FC00000 (sign 0,
+# quiet bit only; CONTRACTS.md v2 s3), whatever the caller's sign and payload. Conversions
+# disagree on NaN payloads (torch CPU gives 0x7FFFFFFF for a float16 NaN, numpy 0x7FC00000),
+# so the staged bits are pinned here. Only invalid routes (checks off) can carry one.
+CANONICAL_NAN_BITS = 0x7FC00000
 
 
 class RouteViolation(NamedTuple):

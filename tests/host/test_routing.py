@@ -287,7 +287,14 @@ def test_dispatch_layout_metadata_errors(args, pattern) -> None:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_stage_active_nan_score_is_canonical_nan(dtype: torch.dtype) -> None:
     # An active NaN score is an invalid route (staged only with checks off); its float32
-    # bits are pinned to 0x7FFFFFFF whatever the payload or sign of the caller's NaN.
+    # bits are the canonical quiet NaN 0x7FC00000 (CONTRACTS.md v2 s3) whatever the payload
+    # or sign of the caller's NaN.
     w = torch.tensor([[NAN, -NAN, 1.0]], dtype=dtype)
-    _, sw = stage_routes(torch.tensor([[0, 1, -1]], dtype=torch.int32), w, 1)
-    assert sw.view(torch.int32).tolist() == [[0x7FFFFFFF, 0x7FFFFFFF, 0]]
+    if dtype in (torch.float32, torch.float64):  # a signalling-style payload too
+        w = torch.cat([w, torch.tensor([[0.5]], dtype=dtype)], dim=1)
+        w.view(torch.int32 if dtype == torch.float32 else torch.int64)[0, 3] = (
+            0x7F800001 if dtype == torch.float32 else 0x7FF0000000000001)
+    ids = torch.tensor([[0, 1, -1, 2][: w.shape[1]]], dtype=torch.int32)
+    _, sw = stage_routes(ids, w, 1)
+    want = [0x7FC00000, 0x7FC00000, 0] + [0x7FC00000] * (w.shape[1] - 3)
+    assert sw.view(torch.int32).tolist() == [want]

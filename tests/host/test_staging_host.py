@@ -246,6 +246,28 @@ def test_checks_off_still_zeroes_masked_scores(monkeypatch):
     assert torch.equal(ws.ids, exp.ids)
 
 
+@pytest.mark.parametrize("score_dtype", SCORE_DTYPES)
+def test_checks_off_active_nan_scores_stage_as_the_oracles_canonical_nan(monkeypatch,
+                                                                         score_dtype):
+    """CONTRACTS.md v2 s3: with value checks off, an active slot's NaN score (any sign, any
+    payload) stages as 0x7FC00000 on the Torch path, bit for bit the oracle's staging."""
+    gen = torch.Generator().manual_seed(14)
+    monkeypatch.setenv(ENV_VAR, "0")
+    ws = _ws(StageFormat("bf16"), c=8, k=3)
+    ids, w = make_routes(gen, 6, 3, 16, mask_frac=0.0, score_dtype=score_dtype)
+    w[1, 0] = float("nan")
+    w[2, 1] = -float("nan")
+    if score_dtype in (torch.float32, torch.float64):  # a payload the hardware would keep
+        bits = w.view(torch.int32 if score_dtype == torch.float32 else torch.int64)
+        bits[3, 2] = 0x7F800001 if score_dtype == torch.float32 else 0x7FF0000000000001
+    hidden = make_hidden(gen, 6, 64)
+    stage(ws, hidden, ids, w, num_experts=16)
+    exp = oracle_stage(ws.fmt, hidden, ids, w, 8)
+    assert torch.equal(ws.scores.view(torch.int32), exp.scores.view(torch.int32))
+    assert int(ws.scores.view(torch.int32)[1, 0]) == 0x7FC00000
+    assert int(ws.scores.view(torch.int32)[2, 1]) == 0x7FC00000
+
+
 # ---------------------------------------------------------------- Torch path vs oracle
 
 

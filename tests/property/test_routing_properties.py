@@ -29,7 +29,7 @@ from oracle.routing import (
 
 SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-CANONICAL_NAN = 0x7FFFFFFF  # float32 bits of a staged NaN score (oracle.routing docstring)
+CANONICAL_NAN = 0x7FC00000  # float32 bits of a staged NaN score (CONTRACTS.md v2 s3)
 BIG_INT64_IDS = (2**31, 2**32, 2**32 + 1, -(2**32), -(2**32) - 1, 2**63 - 1, -(2**63))
 INT32_EDGE_IDS = (-2, INT32_MIN, INT32_MAX)
 
@@ -68,7 +68,7 @@ def ref_stage(ids: list[list[int]], scores: np.ndarray, capacity: int, k: int):
 
     ``scores`` holds the caller's values in the caller's dtype; each active score is
     converted on its own by numpy/ml_dtypes (round to nearest even), a NaN stages as the
-    canonical 0x7FFFFFFF, each masked score as +0.0 (bits 0).
+    canonical 0x7FC00000, each masked score as +0.0 (bits 0).
     """
     sid, sbits = [], []
     for t in range(capacity):
