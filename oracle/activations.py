@@ -1,4 +1,4 @@
-"""Activation operands in their wire formats, and the hidden rows a rank takes (CONTRACTS.md s1, s3-s5).
+"""Activation operands in their wire formats, and the hidden rows a rank takes (docs/contract.md s1, s3-s5).
 
 A1 (the quantized hidden rows, s3) and A2 (the quantized SwiGLU output, s5) are
 ``ActivationRows`` in the recipe's activation format. Every quantizer and dequantizer is
@@ -56,7 +56,7 @@ class ActivationRows:
         )
 
     def dequantize(self) -> torch.Tensor:
-        """float32 ``[n, K]``: the operand's values as the GEMM sees them (CONTRACTS.md s4)."""
+        """float32 ``[n, K]``: the operand's values as the GEMM sees them (docs/contract.md s4)."""
         if self.fmt is Format.BF16:
             return self.payload.to(torch.float32)
         if self.fmt is Format.MXFP8:
@@ -86,7 +86,7 @@ def _quantize_activation(
 
 
 def quantize_a1(hidden: torch.Tensor, config: MoEConfig) -> ActivationRows:
-    """A1 of ``hidden`` (bf16 ``[T, H]``) in the recipe's A1 format (CONTRACTS.md s3, s5).
+    """A1 of ``hidden`` (bf16 ``[T, H]``) in the recipe's A1 format (docs/contract.md s3, s5).
 
     Row-local: each row's bytes depend on that row alone. bf16 hidden is used as given; the
     NVFP4 A1 uses ``g = config.nvfp4_input_scale``. Safe FP8 needs finite rows (ValueError).
@@ -95,7 +95,7 @@ def quantize_a1(hidden: torch.Tensor, config: MoEConfig) -> ActivationRows:
 
 
 def quantize_a2(act: torch.Tensor, config: MoEConfig) -> ActivationRows:
-    """A2 of the float32 SwiGLU output ``act [n, I]`` in the recipe's A2 format (CONTRACTS.md s5).
+    """A2 of the float32 SwiGLU output ``act [n, I]`` in the recipe's A2 format (docs/contract.md s5).
 
     The NVFP4 A2 uses ``g = config.nvfp4_a2_scale``.
     """
@@ -105,7 +105,7 @@ def quantize_a2(act: torch.Tensor, config: MoEConfig) -> ActivationRows:
 def prequantized_a1(
     payload: torch.Tensor, scale: torch.Tensor, config: MoEConfig
 ) -> ActivationRows:
-    """Hidden rows already in the recipe's A1 wire format (CONTRACTS.md s1), as oracle input.
+    """Hidden rows already in the recipe's A1 wire format (docs/contract.md s1), as oracle input.
 
     mxfp8: ``payload`` float8 ``[T, H]`` of ``config.mxfp8_elem``, ``scale`` E8M0 bytes
     ``[T, H/32]`` (uint8 or float8_e8m0fnu; columns may be padded to a multiple of 4).
@@ -157,7 +157,7 @@ def hidden_device(hidden: torch.Tensor | ActivationRows) -> torch.device:
 
 
 def check_hidden(argument: str, hidden: object, config: MoEConfig) -> torch.Tensor | ActivationRows:
-    """Metadata check of one rank's hidden rows (CONTRACTS.md s1): bf16 ``[T, H]``, or an
+    """Metadata check of one rank's hidden rows (docs/contract.md s1): bf16 ``[T, H]``, or an
     ``ActivationRows`` in the recipe's A1 format (see ``prequantized_a1``)."""
     if isinstance(hidden, ActivationRows):
         if hidden.fmt is not config.spec.a1 or hidden.fmt not in (Format.MXFP8, Format.NVFP4):
@@ -185,12 +185,12 @@ def stage_a1(
     staged_ids: torch.Tensor,
     config: MoEConfig,
 ) -> ActivationRows:
-    """A1 rows of one rank (CONTRACTS.md s3), row i for token i.
+    """A1 rows of one rank (docs/contract.md s3), row i for token i.
 
     Prequantized rows are used as given. bf16 rows with no active slot are zeroed before
     quantizing (they never matter); ``staged_ids`` is int32/int64 ``[T', K]`` with
     ``T' >= T`` and the result has ``T'`` rows. Raises ``ValueError`` for a non-finite row
-    that has an active slot when the A1 format is safe FP8 (CONTRACTS.md s4).
+    that has an active slot when the A1 format is safe FP8 (docs/contract.md s4).
     """
     if isinstance(hidden, ActivationRows):
         return hidden

@@ -1,4 +1,4 @@
-"""The collective (EP world) reference: every rank's output from every rank's inputs (CONTRACTS.md s7).
+"""The collective (EP world) reference: every rank's output from every rank's inputs (docs/contract.md s7).
 
 ``ep_forward`` runs the forward the way an expert-parallel kernel must, through the dispatch
 bookkeeping of ``oracle.routing``:

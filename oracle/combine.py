@@ -1,7 +1,7 @@
-"""Masked combine of per-slot expert terms (CONTRACTS.md s6).
+"""Masked combine of per-slot expert terms (docs/contract.md s6).
 
 Pure PyTorch, any device, bitwise-defined: kernels must match it byte for byte given
-identical terms (CONTRACTS.md s8).
+identical terms (docs/contract.md s8).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def _bad(argument: str, expected: object, actual: object) -> ValueError:
 
 
 def masked_combine(terms: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
-    """``out[t] = bf16(sum over active k = 0..K-1 of float32(terms[t, k]))`` (CONTRACTS.md s6).
+    """``out[t] = bf16(sum over active k = 0..K-1 of float32(terms[t, k]))`` (docs/contract.md s6).
 
     - ``terms``: bf16 ``[T, K, H]``; ``topk_ids``: int32/int64 ``[T, K]``; slot ``(t, k)`` is
       masked iff ``topk_ids[t, k] == -1`` (routes are assumed to have passed the s2 checks).

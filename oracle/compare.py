@@ -1,4 +1,4 @@
-"""The CONTRACTS.md s8 comparison rule for outputs that pass through a GEMM, defined once.
+"""The docs/contract.md s8 comparison rule for outputs that pass through a GEMM, defined once.
 
 ``compare_rows(got, want, topk_ids, recipe)`` judges a layer output against the oracle's:
 every live row (a row with an active slot) finite, in the output and in the reference (a
@@ -54,7 +54,7 @@ def _check(got: object, want: object, ids: object) -> None:
             raise _bad(name, "a torch.Tensor", type(t).__name__)
     for name, t in (("got", got), ("want", want)):
         if t.dtype != torch.bfloat16:  # type: ignore[union-attr]
-            raise _bad(f"{name}.dtype", "torch.bfloat16 (the layer's output, CONTRACTS.md s5 "
+            raise _bad(f"{name}.dtype", "torch.bfloat16 (the layer's output, docs/contract.md s5 "
                        "step 7 and s6)", t.dtype)  # type: ignore[union-attr]
         if t.dim() != 2:  # type: ignore[union-attr]
             raise _bad(f"{name}.shape", "[T, H]", tuple(t.shape))  # type: ignore[union-attr]
@@ -75,7 +75,7 @@ def _rows_line(what: str, rows: list[int], where: str) -> str:
 
 def compare_rows(got: torch.Tensor, want: torch.Tensor, ids: torch.Tensor,
                  recipe: str, *, rank: int | None = None) -> RowReport:
-    """CONTRACTS.md s8 over every row (see module docstring)."""
+    """docs/contract.md s8 over every row (see module docstring)."""
     _check(got, want, ids)
     tol = get_recipe(recipe).rel_l2_tolerance
     where = "" if rank is None else f"rank {rank}: "

@@ -1,4 +1,4 @@
-"""The single-rank forward: every slot's term and the combined output (CONTRACTS.md s1-s6).
+"""The single-rank forward: every slot's term and the combined output (docs/contract.md s1-s6).
 
 ``moe_forward`` checks the inputs (s1) and the routes (s2, on the caller's dtype), stages the
 routes (s3), computes each active slot's term with the expert FFN of the recipe
@@ -83,7 +83,7 @@ def check_route_metadata(
     scores: object,
     config: MoEConfig,
 ) -> None:
-    """Metadata check of one rank's routes against its hidden rows (CONTRACTS.md s1)."""
+    """Metadata check of one rank's routes against its hidden rows (docs/contract.md s1)."""
     t, device = num_hidden_rows(hidden), hidden_device(hidden)
     for name, value, dtypes in (
         ("topk_ids", ids, ID_DTYPES),
@@ -109,12 +109,12 @@ def expert_terms(
     weights: ExpertWeights,
     config: MoEConfig,
 ) -> torch.Tensor:
-    """Every slot's term, bf16 ``[T, K, H]`` (CONTRACTS.md s5); masked slots are ``+0.0``.
+    """Every slot's term, bf16 ``[T, K, H]`` (docs/contract.md s5); masked slots are ``+0.0``.
 
     hidden: bf16 ``[T, H]`` (or prequantized A1, ``prequantized_a1``); topk_ids: int32/int64
     ``[T, K]`` (-1 = masked); scores: float32
     ``[T, K]``, used on active slots only (staged scores, ``oracle.routing.stage_routes``).
-    The routes must pass CONTRACTS.md s2 (else ``ValueError`` naming the first violation).
+    The routes must pass docs/contract.md s2 (else ``ValueError`` naming the first violation).
 
     Vectorized per expert: the active slots are sorted by (expert, row, slot), each expert's
     A1 rows are gathered and computed by ``expert_block``, and the terms scattered back.
@@ -156,7 +156,7 @@ def moe_forward(
     weights: ExpertWeights,
     config: MoEConfig,
 ) -> torch.Tensor:
-    """One rank holding every expert: ``out [T, H]`` bf16 (CONTRACTS.md s1-s6).
+    """One rank holding every expert: ``out [T, H]`` bf16 (docs/contract.md s1-s6).
 
     hidden: bf16 ``[T, H]``, or for ``mxfp8``/``nvfp4`` A1 rows already in the wire format
     (``prequantized_a1``); topk_ids: int32/int64 ``[T, K]``; topk_weights: float16/bf16/

@@ -1,6 +1,6 @@
-"""The expert FFN of every recipe: one expert's terms from its A1 rows (CONTRACTS.md s5).
+"""The expert FFN of every recipe: one expert's terms from its A1 rows (docs/contract.md s5).
 
-Per active slot (token t, slot k, expert e), exactly as CONTRACTS.md s5:
+Per active slot (token t, slot k, expert e), exactly as docs/contract.md s5:
 
 1. ``h1 = deq(A1[t]) @ deq(W13[e]).T`` in float32; W13 ``[2I, H]`` has the gate rows first,
    then the up rows (the canonical layout);
@@ -11,7 +11,7 @@ Per active slot (token t, slot k, expert e), exactly as CONTRACTS.md s5:
 6. late weighting: ``h2 *= score``;
 7. ``term[t, k] = bf16(h2)``: one rounding per slot.
 
-How the oracle makes every slot's term depend on that slot alone (CONTRACTS.md s7, s8: the
+How the oracle makes every slot's term depend on that slot alone (docs/contract.md s7, s8: the
 same row gives the same bits whatever the other rows, their order, or the world size):
 
 - every quantizer and dequantizer is row-local and bit-exact (``oracle.formats``);
@@ -93,7 +93,7 @@ def split_gate_up(h1: torch.Tensor, intermediate_size: int) -> tuple[torch.Tenso
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor, clamp: float | None) -> torch.Tensor:
-    """Steps 2-3 of CONTRACTS.md s5 in float32: optional clamp, ``up * gate * sigmoid(gate)``."""
+    """Steps 2-3 of docs/contract.md s5 in float32: optional clamp, ``up * gate * sigmoid(gate)``."""
     if clamp is not None:
         c = torch.tensor(clamp, dtype=torch.float32, device=gate.device)
         gate = torch.minimum(gate, c)
@@ -102,7 +102,7 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, clamp: float | None) -> torch.T
 
 
 def round_terms(h2: torch.Tensor) -> torch.Tensor:
-    """Step 7 of CONTRACTS.md s5: ``term = bf16(h2)``, one rounding per slot."""
+    """Step 7 of docs/contract.md s5: ``term = bf16(h2)``, one rounding per slot."""
     return h2.to(torch.bfloat16)
 
 
@@ -113,7 +113,7 @@ def expert_block(
     weights: ExpertWeights,
     config: MoEConfig,
 ) -> torch.Tensor:
-    """Terms of ``n`` slots routed to one expert (CONTRACTS.md s5 steps 1-7).
+    """Terms of ``n`` slots routed to one expert (docs/contract.md s5 steps 1-7).
 
     a1: float32 ``[n, H]``, the dequantized A1 rows of the slots' tokens; scores: float32
     ``[n]``, the slots' staged scores. Returns bf16 ``[n, H]``. Row i depends on ``a1[i]``,

@@ -1,8 +1,8 @@
-"""One MoE layer's settings, and the argument checks the oracle shares (CONTRACTS.md s0, s5).
+"""One MoE layer's settings, and the argument checks the oracle shares (docs/contract.md s0, s5).
 
 ``MoEConfig`` is validated once, at construction. The helpers below build the one
 ``ValueError`` message form of the oracle (argument, expected value, actual value) and
-accept block-scale column counts (CONTRACTS.md s4); ``oracle.activations``,
+accept block-scale column counts (docs/contract.md s4); ``oracle.activations``,
 ``oracle.weights`` and ``oracle.experts`` use them.
 """
 
@@ -44,7 +44,7 @@ def _scale_columns(fmt: Format, k: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class MoEConfig:
-    """One MoE layer's settings, validated once at construction (CONTRACTS.md s0, s5).
+    """One MoE layer's settings, validated once at construction (docs/contract.md s0, s5).
 
     recipe: a key of ``oracle.recipes.RECIPES`` (``bf16``, ``mxfp8``, ``nvfp4``, ``fp8_mxfp4``).
     num_experts (E), top_k (K), hidden_size (H), intermediate_size (I): positive ints; H and I

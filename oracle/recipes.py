@@ -1,4 +1,4 @@
-"""The expert recipe table (CONTRACTS.md s5, s8), defined once.
+"""The expert recipe table (docs/contract.md s5, s8), defined once.
 
 A recipe names the number format of each operand of the expert FFN: the first activation
 ``A1`` (the hidden rows fed to the W13 GEMM), the weights (``W13`` and ``W2``) and the
@@ -27,7 +27,7 @@ from oracle.formats import MX_BLOCK, NVFP4_BLOCK
 
 
 class Format(StrEnum):
-    """An operand's number format (CONTRACTS.md s4)."""
+    """An operand's number format (docs/contract.md s4)."""
 
     BF16 = "bf16"
     MXFP8 = "mxfp8"
@@ -46,18 +46,18 @@ FORMAT_BLOCK: dict[Format, int] = {
 """Elements per scale block along the GEMM's K dimension (1: no block constraint)."""
 
 MXFP8_WEIGHT_ELEM = "e4m3"
-"""MXFP8 weights are always E4M3 (CONTRACTS.md s5)."""
+"""MXFP8 weights are always E4M3 (docs/contract.md s5)."""
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """One row of the recipe table (CONTRACTS.md s5) plus its comparison tolerance (s8).
+    """One row of the recipe table (docs/contract.md s5) plus its comparison tolerance (s8).
 
     name: the recipe's stable name (the key of ``RECIPES``).
     a1: format of the hidden rows fed to the W13 GEMM, blocks along H.
     weights: format of W13 ``[E, 2I, H]`` and W2 ``[E, H, I]``, blocks along the last dim.
     a2: format of the SwiGLU output fed to the W2 GEMM, blocks along I.
-    rel_l2_tolerance: the kernel-vs-oracle relative L2 bound of CONTRACTS.md s8, per live
+    rel_l2_tolerance: the kernel-vs-oracle relative L2 bound of docs/contract.md s8, per live
         row and for the whole output.
     """
 
@@ -87,7 +87,7 @@ RECIPES: dict[str, Recipe] = {
         Recipe("fp8_mxfp4", Format.SAFE_FP8, Format.MXFP4, Format.SAFE_FP8, 0.025),
     )
 }
-"""The four recipes of CONTRACTS.md s5, by name."""
+"""The four recipes of docs/contract.md s5, by name."""
 
 RECIPE_NAMES: tuple[str, ...] = tuple(RECIPES)
 

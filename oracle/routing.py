@@ -1,8 +1,8 @@
-"""Routes: validity rules, staging and the dispatch layout (CONTRACTS.md s1-s3, s8).
+"""Routes: validity rules, staging and the dispatch layout (docs/contract.md s1-s3, s8).
 
 Pure PyTorch, vectorized, any device. Nothing here writes a caller tensor.
 
-Definitions (CONTRACTS.md s0/s2):
+Definitions (docs/contract.md s0/s2):
 
 - a slot ``(row, k)`` is **masked** iff its expert id is ``-1``, otherwise **active**;
 - an active slot is valid iff ``0 <= id < E``, its score is finite, and no other
@@ -32,14 +32,14 @@ SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 STAGED_ID_DTYPE = torch.int32
 STAGED_SCORE_DTYPE = torch.float32
 # The float32 NaN an active NaN score stages as: the canonical quiet NaN 0x7FC00000 (sign 0,
-# quiet bit only; CONTRACTS.md v2 s3), whatever the caller's sign and payload. Conversions
+# quiet bit only; docs/contract.md v2 s3), whatever the caller's sign and payload. Conversions
 # disagree on NaN payloads (torch CPU gives 0x7FFFFFFF for a float16 NaN, numpy 0x7FC00000),
 # so the staged bits are pinned here. Only invalid routes (checks off) can carry one.
 CANONICAL_NAN_BITS = 0x7FC00000
 
 
 class RouteViolation(NamedTuple):
-    """One broken rule of CONTRACTS.md s2 at one slot.
+    """One broken rule of docs/contract.md s2 at one slot.
 
     ``expert_id`` is the caller's id as a Python int (never narrowed); ``score`` is the
     caller's score as a Python float (NaN/Inf preserved).
@@ -119,7 +119,7 @@ def _violation_masks(
 def find_route_violations(
     topk_ids: torch.Tensor, topk_weights: torch.Tensor, num_experts: int
 ) -> list[RouteViolation]:
-    """Every broken rule of CONTRACTS.md s2, sorted by ``(row, slot, rule)``.
+    """Every broken rule of docs/contract.md s2, sorted by ``(row, slot, rule)``.
 
     Rules, per active slot (id != -1); masked slots are never reported, whatever their
     score (NaN, +Inf, -Inf), and repeated ``-1`` is fine:
@@ -163,7 +163,7 @@ def raise_on_route_violations(
         raise ValueError(
             f"{prefix}topk_ids/topk_weights: bad route at row {v.row}, slot {v.slot}: "
             f"id={v.expert_id}, score={v.score!r} breaks rule {v.rule!r} "
-            f"({len(violations)} violation(s) in total; CONTRACTS.md s2)"
+            f"({len(violations)} violation(s) in total; docs/contract.md s2)"
         )
 
 
@@ -174,7 +174,7 @@ def stage_routes(
     *,
     num_experts: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stage one rank's routes into capacity-shaped buffers (CONTRACTS.md s3).
+    """Stage one rank's routes into capacity-shaped buffers (docs/contract.md s3).
 
     Returns ``(ids int32 [C, K], scores float32 [C, K])``, new contiguous tensors on the
     inputs' device:
@@ -228,7 +228,7 @@ def stage_routes(
 
 @dataclass(frozen=True)
 class DispatchLayout:
-    """Routing metadata of one EP forward (CONTRACTS.md s8: compared bitwise).
+    """Routing metadata of one EP forward (docs/contract.md s8: compared bitwise).
 
     P = world size, E = experts, rank r owns experts ``[r*E/P, (r+1)*E/P)``.
     Only active slots with ``0 <= id < E`` count; ``-1`` and out-of-range ids never do.
@@ -267,7 +267,7 @@ class DispatchLayout:
 def dispatch_layout(
     staged_ids_per_rank: Sequence[torch.Tensor], num_experts: int, world_size: int
 ) -> DispatchLayout:
-    """The dispatch layout of staged routes (see ``DispatchLayout``; CONTRACTS.md s3, s8).
+    """The dispatch layout of staged routes (see ``DispatchLayout``; docs/contract.md s3, s8).
 
     ``staged_ids_per_rank``: one int32 ``[C, K]`` tensor per rank (``stage_routes`` output),
     all of one shape and device. Raises ``ValueError`` when the count differs from

@@ -1,4 +1,4 @@
-"""All experts' weights in one recipe's weight format (CONTRACTS.md s4, s5).
+"""All experts' weights in one recipe's weight format (docs/contract.md s4, s5).
 
 ``prepare_weights`` quantizes float weights (or validates and normalizes already-quantized
 ones) into an ``ExpertWeights``; ``check_weights`` checks an ``ExpertWeights`` against a
@@ -34,7 +34,7 @@ def _payload_shape(fmt: Format, rows: int, k: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class ExpertWeights:
-    """All experts' weights in one recipe's weight format (CONTRACTS.md s4, s5).
+    """All experts' weights in one recipe's weight format (docs/contract.md s4, s5).
 
     recipe: the recipe name the weights were prepared for.
     w13: payload of W13 ``[E, 2I, H]`` (gate rows ``[0, I)``, then up rows ``[I, 2I)``):
@@ -137,7 +137,7 @@ def _prepare_matrix(
             packed, s = quantize_mxfp4(w, mode=config.mxfp4_mode)
             return packed, s, None
         if global_scale is None:
-            # Per-expert g = amax / (448 * 6) (CONTRACTS.md s4). An all-zero expert has no
+            # Per-expert g = amax / (448 * 6) (docs/contract.md s4). An all-zero expert has no
             # amax to scale by; any g quantizes it to zero codes, so it gets g = 1.
             amax = w.abs().amax(dim=(1, 2)).to(torch.float32)
             g = nvfp4_global_scale(amax)
@@ -221,7 +221,7 @@ def prepare_weights(
     w13_global_scale: torch.Tensor | float | None = None,
     w2_global_scale: torch.Tensor | float | None = None,
 ) -> ExpertWeights:
-    """All experts' weights in the recipe's weight format (CONTRACTS.md s4, s5).
+    """All experts' weights in the recipe's weight format (docs/contract.md s4, s5).
 
     From float weights (``w13 [E, 2I, H]``, ``w2 [E, H, I]``, float16/bf16/float32/float64,
     finite, canonical layout: gate rows first), with no scale given:

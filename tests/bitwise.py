@@ -1,4 +1,4 @@
-"""Bitwise comparison, as CONTRACTS.md defines it: equal bytes, NaN payloads included."""
+"""Bitwise comparison, as docs/contract.md defines it: equal bytes, NaN payloads included."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The oracle's output for a layer configuration, shared by the host and GPU layer tests
-(the judging rule itself is ``oracle.compare.compare_rows``, CONTRACTS.md s8)."""
+(the judging rule itself is ``oracle.compare.compare_rows``, docs/contract.md s8)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["RowReport", "active_rows", "compare_rows", "layer_routes", "layer_we
            "oracle_config", "oracle_output"]
 
 MASKED_JUNK = (float("nan"), float("inf"), float("-inf"))
-"""What masked slots carry in the layer tests (CONTRACTS.md s2: any score, never read)."""
+"""What masked slots carry in the layer tests (docs/contract.md s2: any score, never read)."""
 
 
 def layer_weights(seed: int, e: int, h: int, i: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""Shared inputs for the MXFP4-weight grouped GEMM tests (host and GPU; CONTRACTS.md s4, s5)."""
+"""Shared inputs for the MXFP4-weight grouped GEMM tests (host and GPU; docs/contract.md s4, s5)."""
 
 from __future__ import annotations
 

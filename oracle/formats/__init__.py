@@ -1,4 +1,4 @@
-"""The oracle's number formats, bit-exact (CONTRACTS.md section 4).
+"""The oracle's number formats, bit-exact (docs/contract.md section 4).
 
 Pure PyTorch, vectorized, device-agnostic. Public API (API.md):
 

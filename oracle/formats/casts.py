@@ -1,4 +1,4 @@
-"""Element casts: E4M3, E5M2 and E2M1 (CONTRACTS.md section 4).
+"""Element casts: E4M3, E5M2 and E2M1 (docs/contract.md section 4).
 
 Round to nearest, ties to even; finite values beyond the largest finite
 magnitude saturate to it (E4M3 448, E5M2 57344, E2M1 6). Infinities saturate
@@ -7,7 +7,7 @@ values). NaN stays NaN with one canonical byte per format
 (:data:`~oracle.formats.constants.E4M3_NAN_BYTE`,
 :data:`~oracle.formats.constants.E5M2_NAN_BYTE`); E2M1 has no NaN and encodes
 NaN as code 0. Zero keeps its sign in E4M3/E5M2 (IEEE); E2M1 code 0 never
-carries a sign (CONTRACTS s4).
+carries a sign (docs/contract.md s4).
 
 The rounding is done here, exactly, in the input's own precision (float64
 input is rounded once from float64, never through float32); torch's float8
@@ -75,12 +75,12 @@ def _cast_fp8(x: torch.Tensor, fmt: ElementFormat, argument: str = "x") -> torch
 
 
 def cast_e4m3(x: torch.Tensor) -> torch.Tensor:
-    """``x`` -> ``float8_e4m3fn``: RNE, saturating to +-448 (Inf too), NaN -> byte 0x7F (CONTRACTS s4)."""
+    """``x`` -> ``float8_e4m3fn``: RNE, saturating to +-448 (Inf too), NaN -> byte 0x7F (docs/contract.md s4)."""
     return _cast_fp8(x, E4M3)
 
 
 def cast_e5m2(x: torch.Tensor) -> torch.Tensor:
-    """``x`` -> ``float8_e5m2``: RNE, saturating to +-57344 (Inf too), NaN -> byte 0x7F (CONTRACTS s4)."""
+    """``x`` -> ``float8_e5m2``: RNE, saturating to +-57344 (Inf too), NaN -> byte 0x7F (docs/contract.md s4)."""
     return _cast_fp8(x, E5M2)
 
 
@@ -110,7 +110,7 @@ def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
 
     RNE with ties to the even code (0.25->0, 0.75->1, 1.25->1, 1.75->2,
     2.5->2, 3.5->4, 5->4), saturating at +-6 (Inf too); code 0 never carries a
-    sign; NaN -> code 0 (CONTRACTS s4).
+    sign; NaN -> code 0 (docs/contract.md s4).
     """
     require_floating("x", x)
     w = working_copy(x)

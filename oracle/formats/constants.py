@@ -1,4 +1,4 @@
-"""Constants of the oracle's number formats (CONTRACTS.md section 4).
+"""Constants of the oracle's number formats (docs/contract.md section 4).
 
 Every constant is defined here once; other modules import it. The element
 formats are described by :class:`ElementFormat`, a frozen dataclass holding
@@ -41,7 +41,7 @@ E8M0_MAX_EXP = 127
 E4M3_NAN_BYTE = 0x7F
 """The NaN byte every NaN element casts to in E4M3 (sign bit clear)."""
 E5M2_NAN_BYTE = 0x7F
-"""The NaN byte every NaN element casts to in E5M2: our choice (CONTRACTS s4 leaves it open).
+"""The NaN byte every NaN element casts to in E5M2: our choice (docs/contract.md s4 leaves it open).
 
 Sign clear, all exponent and mantissa bits set: the same byte as E4M3's NaN and
 PTX's canonical FP8 NaN. (ml_dtypes produces 0x7E from a float32 quiet NaN.)
@@ -94,4 +94,4 @@ E2M1 = ElementFormat("e2m1", 1, 0, E2M1_MAX, 2, None, None)
 MXFP8_ELEMENTS = {"e4m3": E4M3, "e5m2": E5M2}
 """MXFP8 element formats by the ``elem`` argument's accepted values."""
 SCALE_MODES = ("rceil", "floor")
-"""MX scale rounding modes (CONTRACTS s4)."""
+"""MX scale rounding modes (docs/contract.md s4)."""

@@ -1,4 +1,4 @@
-"""E8M0 scale bytes and the MX block-exponent rules (CONTRACTS.md section 4).
+"""E8M0 scale bytes and the MX block-exponent rules (docs/contract.md section 4).
 
 Byte ``b`` in 0..254 means ``2**(b - 127)``; ``0xFF`` is NaN. The block
 exponent is computed exactly from float32 bits, never with ``log2``:
@@ -52,7 +52,7 @@ def ceil_log2_f32(v: torch.Tensor) -> torch.Tensor:
 
 
 def block_scale_bytes(amax: torch.Tensor, fmt: ElementFormat, mode: str) -> torch.Tensor:
-    """E8M0 bytes (uint8) of blocks with float32 maxima ``amax`` (any shape), per CONTRACTS s4.
+    """E8M0 bytes (uint8) of blocks with float32 maxima ``amax`` (any shape), per docs/contract.md s4.
 
     ``mode`` is ``"rceil"`` (``fmax = fmt.fmax``) or ``"floor"`` (``emax_elem =
     fmt.emax_elem``). Zero blocks -> 0x00, non-finite amax -> 0xFF.

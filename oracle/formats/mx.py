@@ -1,4 +1,4 @@
-"""MXFP8 and MXFP4 block formats (CONTRACTS.md section 4).
+"""MXFP8 and MXFP4 block formats (docs/contract.md section 4).
 
 Blocks of 32 along the last dim share one E8M0 scale byte (see
 :mod:`oracle.formats.e8m0` for the exponent rules). Payload =
@@ -7,7 +7,7 @@ here (``2**-e`` is a power of two and, in both modes, ``|x * 2**-e| <
 2**(emax_elem + 1)`` cannot overflow; a product can only lose bits in the
 float32 subnormal range, below ``2**-126``, where every element format rounds
 to zero anyway), then rounded once, RNE, saturating. Input of any float dtype
-is first converted to float32 (exact for bf16/fp16; CONTRACTS s4 takes the
+is first converted to float32 (exact for bf16/fp16; docs/contract.md s4 takes the
 amax in float32).
 
 A block holding NaN or Inf gets scale byte 0xFF and every payload element is
@@ -57,7 +57,7 @@ def _mx_scaled(
 def quantize_mxfp8(
     x: torch.Tensor, elem: str = "e4m3", mode: str = "rceil"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """MXFP8 quantization (CONTRACTS s4).
+    """MXFP8 quantization (docs/contract.md s4).
 
     x: float tensor ``[..., K]``, ``K % 32 == 0``. elem: ``"e4m3"`` or
     ``"e5m2"``. mode: ``"rceil"`` (default) or ``"floor"``.
@@ -100,7 +100,7 @@ def dequantize_mxfp8(payload: torch.Tensor, scale_bytes: torch.Tensor) -> torch.
 
 
 def quantize_mxfp4(x: torch.Tensor, mode: str = "rceil") -> tuple[torch.Tensor, torch.Tensor]:
-    """MXFP4 quantization (CONTRACTS s4): E2M1 codes, blocks of 32, E8M0 scale (fmax 6, emax_elem 2).
+    """MXFP4 quantization (docs/contract.md s4): E2M1 codes, blocks of 32, E8M0 scale (fmax 6, emax_elem 2).
 
     Returns (packed uint8 ``[..., K/2]``, even element in the low nibble;
     scale_bytes uint8 ``[..., K/32]``). A NaN/Inf block gets 0xFF and codes 0.

@@ -1,4 +1,4 @@
-"""NVFP4: E2M1 codes in blocks of 16, E4M3 block scale, float32 global decode scale (CONTRACTS s4).
+"""NVFP4: E2M1 codes in blocks of 16, E4M3 block scale, float32 global decode scale (docs/contract.md s4).
 
 Exactly as written in the contract, each step one IEEE float32 operation,
 rounded to nearest:
@@ -79,7 +79,7 @@ def _f32(value: float, like: torch.Tensor) -> torch.Tensor:
 def quantize_nvfp4(
     x: torch.Tensor, global_scale: float | torch.Tensor = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """NVFP4 quantization (CONTRACTS s4).
+    """NVFP4 quantization (docs/contract.md s4).
 
     x: float tensor ``[..., K]``, ``K % 16 == 0`` (converted to float32 first;
     exact for bf16). Returns (packed uint8 ``[..., K/2]``, even element in the
@@ -125,7 +125,7 @@ def dequantize_nvfp4(
 
 
 def nvfp4_global_scale(amax: float | torch.Tensor) -> torch.Tensor:
-    """``float32(amax) / float32(448 * 6)``, one float32 division (CONTRACTS s4); returns float32.
+    """``float32(amax) / float32(448 * 6)``, one float32 division (docs/contract.md s4); returns float32.
 
     An ``amax`` of 0 gives ``g = 0``, which :func:`quantize_nvfp4` rejects.
     """

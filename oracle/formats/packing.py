@@ -1,4 +1,4 @@
-"""FP4 nibble packing and scale-column padding (CONTRACTS.md section 4).
+"""FP4 nibble packing and scale-column padding (docs/contract.md section 4).
 
 Two E2M1 codes per byte, the even element in the low nibble. Scale-byte
 matrices are padded with zero columns to a multiple of 4.

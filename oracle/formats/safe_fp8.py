@@ -1,4 +1,4 @@
-"""Safe FP8: the per-token E4M3 activation quantizer of the FP8 x MXFP4 recipe (CONTRACTS s4).
+"""Safe FP8: the per-token E4M3 activation quantizer of the FP8 x MXFP4 recipe (docs/contract.md s4).
 
 Per row, ``amax`` = max |x| in float32; constants FMAX = 448, TINY = 448e-30,
 SAFE_MIN = 448 / FLT_MAX, all float32-rounded:
@@ -36,7 +36,7 @@ def _f32(value: float, like: torch.Tensor) -> torch.Tensor:
 
 
 def safe_fp8_scales(amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For float32 row maxima ``amax [T]``: (d, multiplier q, use-multiplier mask), per CONTRACTS s4.
+    """For float32 row maxima ``amax [T]``: (d, multiplier q, use-multiplier mask), per docs/contract.md s4.
 
     Rows on the tiny path quantize with ``x * q``; the others with ``x / d``.
     """
@@ -63,7 +63,7 @@ def safe_fp8_quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     finite_rows = torch.isfinite(amax)
     if not bool(finite_rows.all()):
         row = int((~finite_rows).nonzero()[0, 0])
-        raise fail("x", "rows must be finite (CONTRACTS s4 safe FP8)", "finite values", f"row {row}")
+        raise fail("x", "rows must be finite (docs/contract.md s4 safe FP8)", "finite values", f"row {row}")
     d, q, tiny_path = safe_fp8_scales(amax)
     xf.div_(d.unsqueeze(1))
     if bool(tiny_path.any()):

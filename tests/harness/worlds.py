@@ -1,4 +1,4 @@
-"""The EP worlds the multi tier runs in, as the runner knows them (CONTRACTS.md s11).
+"""The EP worlds the multi tier runs in, as the runner knows them (docs/contract.md s11).
 
 - ``real``: one process per rank, one GPU per rank (``--world-size`` GPUs of one
   architecture);

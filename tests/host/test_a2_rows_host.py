@@ -1,6 +1,6 @@
 """The A2 quantizers walk a route list (``rows``, ``count``; megamoe.layer.a2_quant): every
 listed row inside ``[0, M_cap)`` below ``count`` is quantized, nothing else is touched; and
-``segment_rows`` lists exactly the live rows of a grouped layout (CONTRACTS.md s5 step 5)."""
+``segment_rows`` lists exactly the live rows of a grouped layout (docs/contract.md s5 step 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The collective EP reference (CONTRACTS.md s7, s8): ``oracle.collective.ep_forward``.
+"""The collective EP reference (docs/contract.md s7, s8): ``oracle.collective.ep_forward``.
 
 Its outputs must not depend on the world size (bitwise), must equal each rank's masked
 combine of its expert terms, and must come out of the dispatch-layout bookkeeping: a
@@ -55,11 +55,13 @@ def world_size_failures(recipe: str) -> list[str]:
     return failures
 
 
+@pytest.mark.contract("s7.collective-reference", "s8.invariance")
 @pytest.mark.parametrize("recipe", ALL_RECIPES)
 def test_world_sizes_1_2_4_8_give_identical_bits(recipe):
     assert world_size_failures(recipe) == []
 
 
+@pytest.mark.contract("s7.collective-reference")
 @pytest.mark.parametrize("recipe", ALL_RECIPES)
 def test_ep_forward_is_each_ranks_masked_combine_of_expert_terms(recipe):
     config, weights, hidden, ids, scores = random_case(recipe, 14, seed=31)
@@ -72,6 +74,7 @@ def test_ep_forward_is_each_ranks_masked_combine_of_expert_terms(recipe):
         assert same_bits(out, masked_combine(terms, s_ids[:t]))
 
 
+@pytest.mark.contract("s6.inactive-rows-zero", "s7.collective-reference")
 @pytest.mark.parametrize("name", SCENARIO_NAMES)
 def test_scenarios_match_single_rank_forward_on_every_live_row(name):
     """Capacity-shaped scenario inputs (NaN garbage rows, NaN/Inf behind masked slots) go in
@@ -103,6 +106,7 @@ def test_larger_capacity_changes_nothing():
     assert all(same_bits(x, y) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.contract("s3.no-stray-writes")
 def test_inputs_are_never_written():
     config, weights, hidden, ids, scores = random_case("bf16", 10, seed=35)
     copies = [t.clone() for t in (hidden, ids, scores)]
@@ -180,6 +184,7 @@ def test_planted_bug_layout_counting_masked_slots_is_caught(monkeypatch):
         assert world_size_failures("bf16") == []
 
 
+@pytest.mark.contract("s1.hidden-formats")
 def test_prequantized_hidden_ranks_match_bf16_hidden_ranks():
     config, weights, hidden, ids, scores = random_case("mxfp8", 12, seed=39)
     payload, scale = quantize_mxfp8(hidden)

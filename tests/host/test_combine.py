@@ -1,4 +1,4 @@
-"""oracle.combine.masked_combine against hand-computed answers (CONTRACTS.md s6).
+"""oracle.combine.masked_combine against hand-computed answers (docs/contract.md s6).
 
 Every expected value below is derived by hand from the contract (float32 accumulation in
 slot order from +0.0, one bf16 rounding at the end), never from the code under test.
@@ -83,11 +83,13 @@ def _run_case(impl: Callable, name: str) -> None:
     assert _bits(out) == _bits(want), f"{name}: {out.tolist()} != {want.tolist()}"
 
 
+@pytest.mark.contract("s6.combine-slot-order")
 @pytest.mark.parametrize("name", sorted(HAND_CASES))
 def test_masked_combine_hand_cases(name: str) -> None:
     _run_case(masked_combine, name)
 
 
+@pytest.mark.contract("s6.inactive-rows-zero")
 def test_row_with_no_active_slot_is_positive_zero_bits() -> None:
     terms = torch.full((3, 4, 16), NAN, dtype=BF16)
     terms[1, :, ::2] = INF
@@ -162,6 +164,7 @@ def _numpy_reference(terms: torch.Tensor, ids: torch.Tensor) -> np.ndarray:
     return acc.astype(ml_dtypes.bfloat16).view(np.int16)
 
 
+@pytest.mark.contract("s6.combine-slot-order", "s8.bitwise-stages")
 @pytest.mark.parametrize("seed", range(4))
 def test_masked_combine_matches_independent_float32_reference(seed: int) -> None:
     g = torch.Generator().manual_seed(seed)

@@ -1,4 +1,4 @@
-"""The s8 judge itself (CONTRACTS.md s8, ``oracle.compare.compare_rows``): a non-finite
+"""The s8 judge itself (docs/contract.md s8, ``oracle.compare.compare_rows``): a non-finite
 reference row fails, every failing row is named (with its rank when given), and bad
 arguments get the same clear errors as the rest of the API. Each rule is shown to fail on
 an output that breaks it."""
@@ -28,6 +28,7 @@ def test_an_exact_output_passes_with_zero_error() -> None:
     assert report.worst_row_rel_l2 == 0.0 and report.total_rel_l2 == 0.0
 
 
+@pytest.mark.contract("s8.row-tolerance")
 def test_a_non_finite_reference_row_is_a_failure_never_a_pass() -> None:
     got, want, ids = _case()
     want[3, 0] = float("nan")
@@ -37,6 +38,7 @@ def test_a_non_finite_reference_row_is_a_failure_never_a_pass() -> None:
     assert any("not finite in the reference" in p for p in report.problems)
 
 
+@pytest.mark.contract("s8.row-tolerance")
 def test_every_failing_row_is_named_not_only_the_first() -> None:
     got, want, ids = _case()
     for row in (0, 3, 5):

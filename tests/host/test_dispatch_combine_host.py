@@ -1,4 +1,4 @@
-"""Host (CPU) tests of the dispatch-layout and masked-combine launchers (CONTRACTS.md s3, s6, s8).
+"""Host (CPU) tests of the dispatch-layout and masked-combine launchers (docs/contract.md s3, s6, s8).
 
 The CPU runs the Torch paths of ``megamoe.dispatch`` / ``megamoe.combine``; they must equal the
 oracle bitwise. The kernel paths are covered on the GPU by tests/single; their offline
@@ -63,6 +63,7 @@ def assert_bits_equal(a: torch.Tensor, b: torch.Tensor) -> None:
     assert torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
+@pytest.mark.contract("s8.bitwise-stages")
 @given(
     seed=st.integers(0, 2**31 - 1),
     world=st.integers(1, 4),
@@ -175,6 +176,7 @@ def _combine_case(seed: int, rows: int, top_k: int, hidden: int, masked_p: float
     return terms, ids
 
 
+@pytest.mark.contract("s6.combine-slot-order", "s6.inactive-rows-zero", "s8.untouched-tail")
 @given(
     seed=st.integers(0, 2**31 - 1),
     rows=st.integers(1, 24),

@@ -1,4 +1,4 @@
-"""The oracle's expert recipes and single-rank forward (CONTRACTS.md s4, s5, s6, s8).
+"""The oracle's expert recipes and single-rank forward (docs/contract.md s4, s5, s6, s8).
 
 Known answers are hand-built so that every format is exact (powers of two; the NVFP4 cases
 use the global scale ``g = float32(1/3)``, for which a lone power of two ``x`` in a block
@@ -148,6 +148,7 @@ ALL_RECIPES = ["bf16", "mxfp8", "nvfp4", "fp8_mxfp4"]
 # ----------------------------------------------------------------------------- recipe table
 
 
+@pytest.mark.contract("s5.ffn-recipes", "s8.row-tolerance")
 def test_recipe_table_matches_contract_section_5():
     table = {n: (r.a1, r.weights, r.a2, r.rel_l2_tolerance) for n, r in RECIPES.items()}
     assert table == {
@@ -194,6 +195,7 @@ def test_config_accepts_bf16_with_odd_sizes():
 # ----------------------------------------------------------------------------- weights
 
 
+@pytest.mark.contract("s5.ffn-recipes")
 def test_prepare_weights_quantizes_each_format_along_k():
     g = torch.Generator().manual_seed(1)
     w13, w2 = torch.randn(2, 64, 64, generator=g), torch.randn(2, 64, 32, generator=g)
@@ -207,6 +209,7 @@ def test_prepare_weights_quantizes_each_format_along_k():
     assert same_bits(bf.w13, w13.to(torch.bfloat16))
 
 
+@pytest.mark.contract("s4.nvfp4")
 def test_prepare_weights_nvfp4_global_scale_is_per_expert_amax_over_2688():
     g = torch.Generator().manual_seed(2)
     w13 = torch.randn(3, 64, 64, generator=g) * torch.tensor([1.0, 100.0, 1e-3]).view(3, 1, 1)
@@ -275,12 +278,14 @@ def test_prepare_weights_rejects_non_finite_float_weights():
 # ----------------------------------------------------------------------------- known answers
 
 
+@pytest.mark.contract("s4.safe-fp8-row-rule", "s5.ffn-recipes")
 @pytest.mark.parametrize("late", [False, True], ids=["early", "late"])
 @pytest.mark.parametrize("case", list(KNOWN_CONFIGS))
 def test_known_answer_per_recipe(case, late):
     assert known_answer_failures(moe_forward, _known_config(case, late_weighting=late)) == []
 
 
+@pytest.mark.contract("s5.ffn-recipes")
 def test_known_answer_nvfp4_from_hand_packed_weights():
     """The same case with NVFP4 weights written as bytes: code 0b0010 (1.0), 0b0110 (4.0),
     E4M3 block scales, g = 1, so W13 gate = 4 * 4 = 16, up = 1 * 2**-(2+e), W2 = 1 * 2**-e."""
@@ -308,6 +313,7 @@ def test_known_answer_nvfp4_from_hand_packed_weights():
     assert same_bits(moe_forward(hidden, ids, scores, weights, config), _known_expected())
 
 
+@pytest.mark.contract("s5.clamp")
 def test_known_answer_clamp_limits_gate_above_and_up_both_sides():
     """bf16, c = 32. Token 0 -> expert 0: gate 64 -> 32, up 64 -> 32: act = 1024 (sigmoid(32)
     is 1.0), h2 = 1024 * 2**-10 = 1. Token 1 -> expert 1: gate 64 -> 32, up -64 -> -32,
@@ -349,10 +355,12 @@ def _weighting_case(late: bool) -> torch.Tensor:
     return out[0, 0]
 
 
+@pytest.mark.contract("s5.weighting")
 def test_early_weighting_scales_act_before_a2_quantization():
     assert float(_weighting_case(late=False)) == 1.75
 
 
+@pytest.mark.contract("s5.weighting")
 def test_late_weighting_scales_h2_after_the_w2_gemm():
     assert float(_weighting_case(late=True)) == 1.6875
 
@@ -380,6 +388,7 @@ def test_planted_bug_up_rows_first_fails_known_answer(monkeypatch):
     assert known_answer_failures(moe_forward, _known_config("bf16")) != []
 
 
+@pytest.mark.contract("s5.one-rounding-per-slot")
 def test_planted_bug_no_per_slot_rounding_fails_known_answer(monkeypatch):
     """Three slots of one token each give h2 = 1 + 2**-9 + 2**-10, which bf16 rounds to 1,
     so the contract's output is bf16(1 + 1 + 1) = 3; summing the unrounded h2 gives
@@ -412,6 +421,7 @@ def test_planted_bug_no_per_slot_rounding_fails_known_answer(monkeypatch):
 # ----------------------------------------------------------------------------- invariants
 
 
+@pytest.mark.contract("s2.masked-any-score", "s8.invariance")
 @pytest.mark.parametrize("recipe", ALL_RECIPES)
 def test_masked_slot_scores_nan_inf_or_zero_give_identical_bits(recipe):
     config, weights, hidden, ids, scores = random_case(recipe, 12, seed=10)
@@ -431,6 +441,7 @@ def test_permuting_token_rows_permutes_output_rows(recipe):
     assert same_bits(a[perm], b)
 
 
+@pytest.mark.contract("s4.safe-fp8-inactive-row", "s6.inactive-rows-zero")
 @pytest.mark.parametrize("recipe", ALL_RECIPES)
 def test_rows_without_active_slot_are_exactly_positive_zero(recipe):
     config, weights, hidden, ids, scores = random_case(recipe, 10, seed=12)
@@ -442,6 +453,7 @@ def test_rows_without_active_slot_are_exactly_positive_zero(recipe):
     assert bool(out.isfinite().all())
 
 
+@pytest.mark.contract("s8.invariance")
 @pytest.mark.parametrize("recipe", ALL_RECIPES)
 def test_changing_one_row_never_changes_another_rows_output(recipe):
     """Row 5 gets new hidden values, new experts and new scores; its expert changes move
@@ -501,6 +513,7 @@ def test_sigmoid_f32_is_position_independent_and_rounded_from_float64():
     assert sigmoid_f32(inf)[:2].tolist() == [1.0, 0.0] and sigmoid_f32(inf)[2].isnan()
 
 
+@pytest.mark.contract("s5.one-rounding-per-slot")
 @pytest.mark.parametrize("recipe", ALL_RECIPES)
 def test_moe_forward_is_masked_combine_of_expert_terms(recipe):
     config, weights, hidden, ids, scores = random_case(recipe, 9, seed=16)
@@ -511,6 +524,7 @@ def test_moe_forward_is_masked_combine_of_expert_terms(recipe):
     assert same_bits(out, masked_combine(terms, s_ids))
 
 
+@pytest.mark.contract("s1.route-dtypes-and-layouts", "s3.no-stray-writes")
 def test_inputs_are_never_written_and_any_strides_accepted():
     config, weights, hidden, ids, scores = random_case("mxfp8", 8, seed=17)
     wide_ids = torch.full((8, 6), 99, dtype=torch.int32)
@@ -542,6 +556,7 @@ def test_bad_input_raises_value_error_naming_it(change, pattern):
         moe_forward(*change(hidden, ids, scores), weights, config)
 
 
+@pytest.mark.contract("s2.caller-dtype-checks")
 def test_int64_id_of_2_pow_32_is_out_of_range_not_wrapped():
     config, weights, hidden, ids, scores = random_case("bf16", 4, seed=19)
     ids[1, 0] = 2**32
@@ -555,6 +570,7 @@ def test_weights_of_another_recipe_are_rejected():
         moe_forward(hidden, ids, scores, weights, dataclasses.replace(config, recipe="mxfp8"))
 
 
+@pytest.mark.contract("s4.safe-fp8-row-rule")
 def test_fp8_mxfp4_rejects_non_finite_live_row():
     config, weights, hidden, ids, scores = random_case("fp8_mxfp4", 4, seed=21)
     ids[2, 0] = 1 if int(ids[2, 1]) != 1 and int(ids[2, 2]) != 1 else 0
@@ -654,6 +670,7 @@ def test_planted_bug_quantizer_without_tiny_path_zeroes_tiny_outputs(monkeypatch
 # ----------------------------------------------------------------------------- prequantized A1
 
 
+@pytest.mark.contract("s1.hidden-formats")
 @pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
 def test_prequantized_mxfp8_hidden_equals_quantizing_bf16_hidden(elem):
     config, weights, hidden, ids, scores = random_case("mxfp8", 10, seed=40, mxfp8_elem=elem)
@@ -666,6 +683,7 @@ def test_prequantized_mxfp8_hidden_equals_quantizing_bf16_hidden(elem):
         assert same_bits(got, moe_forward(hidden, ids, scores, weights, config))
 
 
+@pytest.mark.contract("s1.hidden-formats")
 def test_prequantized_nvfp4_hidden_uses_the_layer_input_scale():
     config, weights, hidden, ids, scores = random_case("nvfp4", 10, seed=41)
     packed, scale = quantize_nvfp4(hidden, global_scale=config.nvfp4_input_scale)
@@ -677,6 +695,7 @@ def test_prequantized_nvfp4_hidden_uses_the_layer_input_scale():
         moe_forward(wrong_g, ids, scores, weights, config)
 
 
+@pytest.mark.contract("s2.metadata-checks")
 @pytest.mark.parametrize(
     ("recipe", "payload", "scale", "pattern"),
     [

@@ -1,4 +1,4 @@
-"""The ``fp8_mxfp4`` building blocks on the host (CONTRACTS.md s4 MXFP4 and safe FP8, s5):
+"""The ``fp8_mxfp4`` building blocks on the host (docs/contract.md s4 MXFP4 and safe FP8, s5):
 the MXFP4 weight quantizer and dequantizer against the oracle byte for byte, the grouped
 GEMM's PyTorch path with MXFP4 weights and the row pre-scale against the oracle's steps,
 the E4M3 -> bf16 widening gather and the A2 safe-FP8 quantizer (PyTorch paths; the kernels
@@ -37,6 +37,7 @@ def _edge_weights() -> torch.Tensor:
     return w
 
 
+@pytest.mark.contract("s4.mxfp4", "s8.bitwise-stages")
 def test_mxfp4_quantizer_matches_the_oracle_byte_for_byte() -> None:
     w = _edge_weights()
     got = quantize_mxfp4(w)
@@ -77,6 +78,7 @@ def _oracle_rows(case, mode: str, clamp: float | None, e: int, lo: int, hi: int)
     return h
 
 
+@pytest.mark.contract("s5.clamp")
 @pytest.mark.parametrize(("mode", "clamp", "out_dtype", "pre"), [
     ("swiglu", None, torch.float32, True), ("swiglu", 0.5, torch.bfloat16, False),
     ("plain", None, torch.bfloat16, True), ("plain", None, torch.float32, False),
@@ -97,6 +99,7 @@ def test_torch_path_with_mxfp4_weights_meets_the_oracle(mode, clamp, out_dtype, 
     assert bool((dead.contiguous().view(torch.int16) == POISON).all())
 
 
+@pytest.mark.contract("s5.clamp")
 def test_the_pre_scale_comes_before_the_clamp_and_a_planted_order_is_caught() -> None:
     case = make_mxfp4_case("swiglu", [40], 128, 128, seed=6, out_dtype=torch.float32)
     case["pre"].mul_(8.0)  # large d: the clamp bites only if d comes first
@@ -112,6 +115,7 @@ def test_the_pre_scale_comes_before_the_clamp_and_a_planted_order_is_caught() ->
         assert_rows_match(late[:40], want)
 
 
+@pytest.mark.contract("s2.metadata-checks")
 @pytest.mark.parametrize(("what", "edit"), [
     ("b.codes.dtype", lambda c: c.update(b=Mxfp4Matrix(c["b"].codes.view(torch.int8),
                                                        c["b"].scales))),
@@ -158,6 +162,7 @@ def test_widen_rows_gives_every_e4m3_value_exactly_and_writes_only_indexed_rows(
 # ---------------------------------------------------------------- A2 quantizer
 
 
+@pytest.mark.contract("s4.safe-fp8")
 def test_a2_quantizer_matches_the_oracle_on_live_rows_only() -> None:
     g = torch.Generator().manual_seed(8)
     counts = torch.tensor([3, 0, 5], dtype=torch.int32)

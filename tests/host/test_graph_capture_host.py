@@ -1,4 +1,4 @@
-"""``megamoe.graphs.capture`` on the host (CONTRACTS.md s9): garbage is collected before the
+"""``megamoe.graphs.capture`` on the host (docs/contract.md s9): garbage is collected before the
 capture begins, the automatic collector is off while it runs and restored after, also when
 the block raises. ``torch.cuda.graph`` is replaced by a recorder (no GPU here); the GPU
 test (tests/single/test_graph_capture.py) shows the failure this prevents."""

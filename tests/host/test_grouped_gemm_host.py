@@ -1,4 +1,4 @@
-"""Grouped expert GEMM host side (CONTRACTS.md s2, s5, s8, s9), CPU only.
+"""Grouped expert GEMM host side (docs/contract.md s2, s5, s8, s9), CPU only.
 
 The PyTorch path (``grouped_gemm_torch``, also what ``grouped_gemm`` runs on CPU tensors) is
 compared with the oracle's per-expert FFN steps on the *canonical* W13 (gate rows first), so
@@ -37,7 +37,7 @@ from tests.bitwise import same_bits
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-BF16_TOL = 0.01  # CONTRACTS.md s8, bf16 recipe: relative L2 per live row and overall
+BF16_TOL = 0.01  # docs/contract.md s8, bf16 recipe: relative L2 per live row and overall
 POISON = -12345  # int16 bit pattern written to rows that must stay untouched
 
 
@@ -56,7 +56,7 @@ def row_rel_errors(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
 
 
 def assert_rows_match(got: torch.Tensor, want: torch.Tensor, tol: float = BF16_TOL) -> float:
-    """CONTRACTS.md s8 (GEMM vs oracle): every row finite, relative L2 error of every row and
+    """docs/contract.md s8 (GEMM vs oracle): every row finite, relative L2 error of every row and
     of the whole block at most ``tol``. Returns the worst row error."""
     assert got.shape == want.shape, (got.shape, want.shape)
     finite = torch.isfinite(got.to(torch.float32)).all(dim=1)
@@ -413,6 +413,7 @@ def test_negative_clamp_and_clamp_in_plain_mode_are_refused():
         grouped_gemm(**_good("plain"), clamp=1.0)
 
 
+@pytest.mark.contract("s9.warmup-before-capture")
 def test_compile_during_capture_is_refused_with_a_clear_error(monkeypatch):
     monkeypatch.setattr(api, "_capturing", lambda device: True)
     built = []
@@ -426,6 +427,7 @@ def test_compile_during_capture_is_refused_with_a_clear_error(monkeypatch):
 # ----------------------------------------------------------------------------- torch path
 
 
+@pytest.mark.contract("s5.clamp")
 @pytest.mark.parametrize("clamp", [None, 0.75])
 def test_torch_path_swiglu_matches_the_oracle_per_expert(clamp):
     case = make_case("swiglu", [3, 0, 130, 1], k=2 * TILE_K, n=TILE_N, seed=1, scale=True)
@@ -501,6 +503,7 @@ def test_planted_bug_one_bad_row_among_good_rows_is_caught():
         assert_rows_match(got.to(torch.bfloat16), want)
 
 
+@pytest.mark.contract("s8.row-tolerance")
 def test_checker_refuses_all_zero_output_and_non_finite_rows():
     want = torch.randn(4, 8)
     with pytest.raises(AssertionError):

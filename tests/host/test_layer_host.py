@@ -1,4 +1,4 @@
-"""The layer API on the host (CONTRACTS.md s1, s2, s5, s6, s8): configuration checks, metadata
+"""The layer API on the host (docs/contract.md s1, s2, s5, s6, s8): configuration checks, metadata
 checks before any launch, caller tensors untouched, route errors like the oracle's, and the
 layer's CPU (Torch) path against the oracle on every row. The GPU kernels: tests/single."""
 
@@ -76,6 +76,7 @@ def test_layer_rejects_bad_weights_by_name(name: str, bad) -> None:  # type: ign
 # ---------------------------------------------------------------- against the oracle
 
 
+@pytest.mark.contract("s5.clamp", "s5.ffn-recipes", "s5.weighting")
 @pytest.mark.parametrize(("clamp", "late", "t"), [
     (None, False, C), (0.5, False, 7), (None, True, 11), (0.0, True, 1), (None, False, 0),
 ])
@@ -89,6 +90,7 @@ def test_cpu_layer_meets_the_oracle_on_every_row(clamp, late, t) -> None:  # typ
     assert set(layer.last_paths.values()) == {"torch"}
 
 
+@pytest.mark.contract("s2.masked-any-score", "s6.inactive-rows-zero")
 def test_rows_without_active_slots_are_exactly_zero_with_nan_behind_masks() -> None:
     layer, _, _ = _layer()
     x, ids, w = _routes(4, 6, mask_p=0.0)
@@ -100,6 +102,7 @@ def test_rows_without_active_slots_are_exactly_zero_with_nan_behind_masks() -> N
     assert bool(torch.isfinite(out).all())
 
 
+@pytest.mark.contract("s8.untouched-tail")
 def test_live_tokens_leave_rows_past_the_live_count_untouched() -> None:
     layer, w13, w2 = _layer()
     x, ids, w = _routes(5, C)
@@ -121,6 +124,7 @@ def _snap(*ts: torch.Tensor) -> list[torch.Tensor]:
     return [t.clone() for t in ts]
 
 
+@pytest.mark.contract("s2.metadata-checks")
 @pytest.mark.parametrize(("argument", "edit"), [
     ("hidden.dtype", lambda x, i, w, o: (x.float(), i, w, o)),
     ("hidden.shape", lambda x, i, w, o: (x[:, :-8], i, w, o)),
@@ -146,6 +150,7 @@ def test_bad_metadata_raises_before_any_work_and_writes_nothing(argument, edit) 
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
+@pytest.mark.contract("s2.active-slot-rules", "s2.route-error-eager")
 @pytest.mark.parametrize("kind", ["out_of_range", "duplicate", "nan_score"])
 def test_bad_route_values_raise_the_oracles_first_violation_and_write_no_output(kind) -> None:  # type: ignore[no-untyped-def]
     layer, _, _ = _layer()
@@ -169,6 +174,7 @@ def test_bad_route_values_raise_the_oracles_first_violation_and_write_no_output(
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
+@pytest.mark.contract("s9.warmup-before-capture")
 def test_forward_before_warmup_and_after_destroy_are_errors() -> None:
     layer, _, _ = _layer()
     x, ids, w = _routes(8, 4)
@@ -186,6 +192,7 @@ def test_forward_before_warmup_and_after_destroy_are_errors() -> None:
 # ---------------------------------------------------------------- the judge can fail
 
 
+@pytest.mark.contract("s8.row-tolerance")
 def test_compare_rows_catches_planted_output_bugs() -> None:
     layer, w13, w2 = _layer()
     x, ids, w = _routes(9, 12, mask_p=0.2)
@@ -217,6 +224,7 @@ def _mx_cfg(**kw) -> LayerConfig:  # type: ignore[no-untyped-def]
     return LayerConfig(E, K, H, INTER, C, recipe="fp8_mxfp4", **kw)
 
 
+@pytest.mark.contract("s5.ffn-recipes", "s5.weighting")
 @pytest.mark.parametrize(("clamp", "late", "t"), [(None, False, C), (0.5, True, 7)])
 def test_cpu_fp8_mxfp4_layer_meets_the_oracle_from_float_weights(clamp, late, t) -> None:  # type: ignore[no-untyped-def]
     cfg = _mx_cfg(clamp=clamp, late_weighting=late)
@@ -231,6 +239,7 @@ def test_cpu_fp8_mxfp4_layer_meets_the_oracle_from_float_weights(clamp, late, t)
                                       "scatter", "combine"]
 
 
+@pytest.mark.contract("s4.mxfp4")
 def test_cpu_fp8_mxfp4_layer_takes_prequantized_weights_in_every_accepted_form() -> None:
     from oracle.formats import pad_scale_columns, quantize_mxfp4
 
@@ -269,6 +278,7 @@ def test_fp8_mxfp4_layer_rejects_bad_weights_by_name(name, bad) -> None:  # type
         MoELayer(_mx_cfg(), *bad(m13, m2), "cpu")
 
 
+@pytest.mark.contract("s4.safe-fp8-row-rule")
 def test_cpu_fp8_mxfp4_non_finite_hidden_row_is_a_route_error() -> None:
     cfg = _mx_cfg()
     w13, w2 = _weights(17)

@@ -1,5 +1,5 @@
 """The layer tests can fail: planted bugs in the layer's stages, on the CPU path, are caught
-by the same oracle comparison the GPU tests use (CONTRACTS.md s5, s6, s8)."""
+by the same oracle comparison the GPU tests use (docs/contract.md s5, s6, s8)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _setup(late: bool = False, recipe: str = "bf16", clamp: float | None = None)
 
 
 def _problems(cfg, w13, w2, x, ids, w) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
-    """Warm up, pour NaN into the layer's term buffer (CONTRACTS.md s10: what lies behind
+    """Warm up, pour NaN into the layer's term buffer (docs/contract.md s10: what lies behind
     masked slots must never matter), run again and judge every row against the oracle."""
     layer = MoELayer(cfg, w13, w2, "cpu")
     layer.warmup(x, ids, w)

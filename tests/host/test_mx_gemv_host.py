@@ -1,4 +1,4 @@
-"""The decode-batch GEMV variant on the host (``megamoe.experts.mx_gemv_kernel``; CONTRACTS.md
+"""The decode-batch GEMV variant on the host (``megamoe.experts.mx_gemv_kernel``; docs/contract.md
 s7): which callers get it, what a GEMV config may be, and the refusals before any launch.
 
 - The rule is the capacity in tokens (``GEMV_MAX_ROWS``: the most rows one expert can get),

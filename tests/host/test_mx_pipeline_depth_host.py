@@ -53,7 +53,7 @@ def _align(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
-SCALE_BLOCK = {"mxfp4": 32, "nvfp4": 16, "mxfp8": 32}  # weights per scale byte (CONTRACTS.md s4)
+SCALE_BLOCK = {"mxfp4": 32, "nvfp4": 16, "mxfp8": 32}  # weights per scale byte (docs/contract.md s4)
 CODE_BYTES = {"mxfp4": 32, "nvfp4": 32, "mxfp8": 64}  # one row's codes in a 64-wide k tile
 
 

@@ -1,4 +1,4 @@
-"""The ``mxfp8`` building blocks on the host (CONTRACTS.md s4 MXFP8, s5): the weight
+"""The ``mxfp8`` building blocks on the host (docs/contract.md s4 MXFP8, s5): the weight
 quantizer against the oracle byte for byte, the grouped GEMM's PyTorch path with MXFP8
 weights against the oracle's steps, the MXFP8 A1 gather and the A2 quantizer against the
 oracle's dequantized values, and the CPU layer against the oracle (PyTorch paths; the kernels
@@ -25,6 +25,7 @@ from tests.mxfp4_case import make_mxfp4_case
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
+@pytest.mark.contract("s4.mxfp8-floor", "s4.mxfp8-rceil")
 @pytest.mark.parametrize("mode", ["rceil", "floor"])
 def test_mxfp8_weight_quantizer_matches_the_oracle(mode: str) -> None:
     g = torch.Generator().manual_seed(1)
@@ -101,6 +102,7 @@ def test_cpu_mxfp8_layer_meets_the_oracle(elem, mode, late, prequantized) -> Non
     assert report.problems == (), report
 
 
+@pytest.mark.contract("s8.row-tolerance")
 def test_planted_a2_not_quantized_is_caught_for_mxfp8(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import megamoe.layer.moe_layer as ml
 

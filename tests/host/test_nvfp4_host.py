@@ -1,4 +1,4 @@
-"""The ``nvfp4`` building blocks on the host (CONTRACTS.md s4 NVFP4, s5): the weight
+"""The ``nvfp4`` building blocks on the host (docs/contract.md s4 NVFP4, s5): the weight
 quantizer (per-expert ``g``) against the oracle byte for byte, the NVFP4 A1 gather and the A2
 quantizer against the oracle's values without ``g``, the GEMM's PyTorch path (which leaves
 ``g`` to the caller) and the CPU layer against the oracle. Planted bugs show the checks can
@@ -23,6 +23,7 @@ from tests.mxfp4_case import make_mxfp4_case
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
+@pytest.mark.contract("s4.nvfp4")
 def test_nvfp4_weight_quantizer_matches_the_oracle_per_expert() -> None:
     g = torch.Generator().manual_seed(1)
     w = torch.randn(3, 8, 128, generator=g) * torch.logspace(-3, 3, 8).view(1, 8, 1)
@@ -112,6 +113,7 @@ def test_planted_weight_g_dropped_is_caught(monkeypatch) -> None:  # type: ignor
     assert compare_rows(out, want, ids, "nvfp4").problems
 
 
+@pytest.mark.contract("s2.metadata-checks")
 @pytest.mark.parametrize(("what", "edit"), [
     ("b.codes.dtype", lambda b: Nvfp4Matrix(b.codes.view(torch.int8), b.scales, b.global_scale)),
     ("b.codes.shape", lambda b: Nvfp4Matrix(b.codes[:, :, :-8].contiguous(), b.scales,

@@ -1,4 +1,4 @@
-"""The register decodes on the host (CONTRACTS.md s4 MXFP4 / NVFP4 / MXFP8 element values).
+"""The register decodes on the host (docs/contract.md s4 MXFP4 / NVFP4 / MXFP8 element values).
 
 ``packed_decode.e2m1_word_bf16x2`` and ``e4m3_pair_bits`` are traced into the MX GEMM
 kernels; their bodies are plain integer arithmetic plus ``prmt``. Here the same bodies run

@@ -1,4 +1,4 @@
-"""The PDL rule (megamoe.pdl; CONTRACTS.md s9): every megamoe kernel waits for the kernel
+"""The PDL rule (megamoe.pdl; docs/contract.md s9): every megamoe kernel waits for the kernel
 before it before touching global memory, and every launch carries the PDL attribute.
 
 Checked here on the source (every ``@cute.kernel`` body starts with ``await_inputs(...)``,

@@ -1,4 +1,4 @@
-"""The row permute's host side (megamoe.layer.permute; CONTRACTS.md s5, s9): metadata checks
+"""The row permute's host side (megamoe.layer.permute; docs/contract.md s5, s9): metadata checks
 name the argument, the Torch path moves exactly rows ``i < count``, constants agree with
 the kernel module, and which inputs the kernel covers."""
 

@@ -1,4 +1,4 @@
-"""The multi suite's runner (CONTRACTS.md s11; ``tests.harness.worlds``, ``run_multi``): every
+"""The multi suite's runner (docs/contract.md s11; ``tests.harness.worlds``, ``run_multi``): every
 mode starts one process per rank with torchrun (the launcher of every world), each rank
 knows its world and writes its own JUnit report and exit code; the suite passes only when
 every rank passes and every rank ran the same tests; one failing rank fails the suite
@@ -87,6 +87,7 @@ def ranks_that_ran(tree: Path) -> list[str]:
     return sorted(p.read_text() for p in (tree.parent / "pids").iterdir())
 
 
+@pytest.mark.contract("s11.emulated-world")
 @pytest.mark.parametrize(("mode", "backend"), [("emulated", "torch_symm"), ("cpu", "host")])
 def test_every_mode_runs_a_process_per_rank_with_its_own_report(tree, monkeypatch, mode,
                                                                  backend) -> None:
@@ -138,6 +139,7 @@ def test_the_group_timeout_kills_every_rank_and_records_the_world(tree, monkeypa
     assert all(r["status"] == "timeout" for r in suite["ranks"])
 
 
+@pytest.mark.contract("s11.unservable-world-refused")
 def test_without_a_mode_a_machine_without_gpus_is_refused_before_any_test(tree,
                                                                           monkeypatch) -> None:
     rc, rec = run(tree, monkeypatch, gpus=(), backend="", mode=None)

@@ -59,6 +59,7 @@ def _multi_checks(mode: str | None, world_size: int, gpus: list[dict]) -> dict[s
     return {c.name: c for c in preflight(args, planned_runs(args), gpus, sys.executable)}
 
 
+@pytest.mark.contract("s11.real-world", "s11.unservable-world-refused")
 def test_real_multi_needs_one_gpu_per_rank_and_torchrun() -> None:
     checks = _multi_checks("real", 4, [H200])
     world = checks["multi: world"]
@@ -66,6 +67,7 @@ def test_real_multi_needs_one_gpu_per_rank_and_torchrun() -> None:
     assert checks["torchrun"].ok
 
 
+@pytest.mark.contract("s11.emulated-world")
 def test_emulated_multi_needs_one_gpu_and_the_same_launcher() -> None:
     checks = _multi_checks("emulated", 8, [H200])
     assert all(c.ok for c in checks.values()), checks
@@ -79,6 +81,7 @@ def test_cpu_multi_needs_no_gpu_and_says_it_runs_no_kernel() -> None:
     assert "runs no kernel" in checks["multi: world"].detail
 
 
+@pytest.mark.contract("s11.real-world", "s11.unservable-world-refused")
 def test_without_a_mode_the_machine_chooses_or_refuses() -> None:
     assert resolve_args(parse_args(["--suite", "multi", "--world-size", "2", "--output-dir",
                                     "x"]), [H200, H200]).mode == "real"

@@ -1,6 +1,6 @@
 """The first-halves raster (``grouped_gemm_kernel.halves_tile``, ``KernelConfig.halves``):
 the live blocks still give every tile exactly one CTA, so no row's result can depend on it
-(CONTRACTS.md s7: the variant never changes a row's bits), and the tiles of the segments'
+(docs/contract.md s7: the variant never changes a row's bits), and the tiles of the segments'
 first 64 rows, where a small batch's live rows sit, take consecutive blocks from 0.
 
 The expectations are the definition's, written out by hand: the first ``ceil(T / 2)``
@@ -99,7 +99,7 @@ def halves_twin(cfg: KernelConfig) -> KernelConfig:
     """The variant a halves variant's rows are compared with bit for bit on the GPU
     (``tests/single/test_raster_halves.py``): the same config without the raster and with
     the default count of decoded B tiles (``B_TILES``), since neither the raster nor the
-    B tiles may change a row's bits (CONTRACTS.md s7, s8)."""
+    B tiles may change a row's bits (docs/contract.md s7, s8)."""
     return replace(cfg, halves=False, b_tiles=B_TILES)
 
 

@@ -1,4 +1,4 @@
-"""Route tables on the host (``megamoe.layer.route_glue``, PyTorch path; CONTRACTS.md s3,
+"""Route tables on the host (``megamoe.layer.route_glue``, PyTorch path; docs/contract.md s3,
 s5): judged against the routes themselves, not against the code: every live route lands
 in its expert's segment, the routes of an expert fill it in layout order without gaps, and
 each route's source row, term row, score and (nvfp4) global scale are its own."""

@@ -1,4 +1,4 @@
-"""Hand-built cases for oracle.routing (CONTRACTS.md s2, s3, s8).
+"""Hand-built cases for oracle.routing (docs/contract.md s2, s3, s8).
 
 Expected values are written out by hand from the contract, never computed by the code
 under test. Random/property coverage and the planted-bug demonstrations live in
@@ -33,12 +33,14 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------- find_route_violations
 
 
+@pytest.mark.contract("s2.masked-any-score")
 def test_masked_slots_may_carry_any_score_and_repeat() -> None:
     ids = torch.tensor([[-1, -1, -1], [0, -1, -1]], dtype=torch.int32)
     w = torch.tensor([[NAN, INF, -INF], [0.5, NAN, -INF]])
     assert find_route_violations(ids, w, 4) == []
 
 
+@pytest.mark.contract("s2.caller-dtype-checks")
 def test_id_out_of_range_is_judged_before_narrowing() -> None:
     # int64 2**32 narrows to int32 0 (a valid expert); the contract says out of range.
     ids = torch.tensor([[2**32, 1], [-(2**32) - 1, 0]], dtype=torch.int64)
@@ -50,6 +52,7 @@ def test_id_out_of_range_is_judged_before_narrowing() -> None:
     ]
 
 
+@pytest.mark.contract("s2.active-slot-rules")
 def test_id_out_of_range_edges() -> None:
     ids = torch.tensor([[0, 3, 4, -2]], dtype=torch.int32)
     got = find_route_violations(ids, torch.ones(1, 4, dtype=torch.float16), 4)
@@ -59,6 +62,7 @@ def test_id_out_of_range_edges() -> None:
     ]
 
 
+@pytest.mark.contract("s2.active-slot-rules")
 def test_duplicate_id_reports_every_slot_of_the_id() -> None:
     ids = torch.tensor([[2, 5, 2, -1, -1], [1, 2, 3, 4, 5]], dtype=torch.int64)
     got = find_route_violations(ids, torch.ones(2, 5, dtype=torch.bfloat16), 8)
@@ -68,6 +72,7 @@ def test_duplicate_id_reports_every_slot_of_the_id() -> None:
     ]
 
 
+@pytest.mark.contract("s2.active-slot-rules")
 def test_non_finite_active_score() -> None:
     ids = torch.tensor([[0, 1, 2]], dtype=torch.int32)
     w = torch.tensor([[NAN, INF, -INF]], dtype=torch.float64)
@@ -101,6 +106,7 @@ def test_empty_batch_has_no_violations() -> None:
 # ---------------------------------------------------------------- stage_routes
 
 
+@pytest.mark.contract("s3.live-rows-staged", "s3.tail-rows-emptied")
 def test_stage_masked_scores_become_positive_zero_and_tail_is_reset() -> None:
     ids = torch.tensor([[1, -1, 0], [-1, 2, -1]], dtype=torch.int64)
     w = torch.tensor([[-0.0, NAN, 0.25], [-INF, 3.0, -0.0]], dtype=torch.float64)
@@ -113,6 +119,7 @@ def test_stage_masked_scores_become_positive_zero_and_tail_is_reset() -> None:
     assert sw.view(torch.int32).tolist() == expected_bits
 
 
+@pytest.mark.contract("s3.live-rows-staged")
 def test_stage_float64_scores_round_to_nearest_even() -> None:
     # 1 + 2**-24 is a float32 tie between 1.0 and 1 + 2**-23: rounds to even (1.0);
     # 1 + 3 * 2**-24 is a tie between 1 + 2**-23 and 1 + 2**-22: rounds to 1 + 2**-22.
@@ -121,12 +128,14 @@ def test_stage_float64_scores_round_to_nearest_even() -> None:
     assert sw.view(torch.int32).tolist() == [[0x3F800000, 0x3F800002]]
 
 
+@pytest.mark.contract("s3.tail-rows-emptied")
 def test_stage_empty_batch_gives_all_masked_capacity() -> None:
     sid, sw = stage_routes(torch.zeros(0, 2, dtype=torch.int32), torch.zeros(0, 2), 3)
     assert sid.tolist() == [[-1, -1]] * 3
     assert sw.view(torch.int32).tolist() == [[0, 0]] * 3
 
 
+@pytest.mark.contract("s1.route-dtypes-and-layouts", "s3.no-stray-writes")
 def test_stage_accepts_strided_offset_views_and_never_writes_them() -> None:
     base_ids = torch.tensor([[9, 9, 9, 9], [9, 0, 9, -1], [9, 2, 9, 1]], dtype=torch.int64)
     base_w = torch.tensor([[7.0, 7, 7, 7], [7, 0.5, 7, NAN], [7, 0.75, 7, 1.5]])
@@ -139,6 +148,7 @@ def test_stage_accepts_strided_offset_views_and_never_writes_them() -> None:
     assert torch.equal(before[0], _bytes(base_ids)) and torch.equal(before[1], _bytes(base_w))
 
 
+@pytest.mark.contract("s1.route-dtypes-and-layouts")
 def test_stage_transposed_view() -> None:
     ids = torch.tensor([[0, 2], [1, -1]], dtype=torch.int32).t()  # [[0, 1], [2, -1]]
     w = torch.tensor([[1.0, 2.0], [3.0, INF]], dtype=torch.bfloat16).t()
@@ -147,12 +157,14 @@ def test_stage_transposed_view() -> None:
     assert sw.tolist() == [[1.0, 3.0], [2.0, 0.0]]
 
 
+@pytest.mark.contract("s2.caller-dtype-checks")
 def test_stage_never_wraps_an_int64_id() -> None:
     ids = torch.tensor([[0, 2**32]], dtype=torch.int64)
     with pytest.raises(ValueError, match=r"topk_ids\[0, 1\].*int32.*4294967296"):
         stage_routes(ids, torch.ones(1, 2), 2)
 
 
+@pytest.mark.contract("s2.route-error-eager")
 def test_stage_with_num_experts_runs_value_checks() -> None:
     ids = torch.tensor([[0, 1], [3, 3]], dtype=torch.int32)
     with pytest.raises(ValueError, match=r"row 1, slot 0.*duplicate_id"):
@@ -163,6 +175,7 @@ def test_stage_with_num_experts_runs_value_checks() -> None:
     assert sid.tolist() == [[0, 1], [-1, -1]]
 
 
+@pytest.mark.contract("s2.metadata-checks")
 @pytest.mark.parametrize(
     ("call", "pattern"),
     [
@@ -284,10 +297,11 @@ def test_dispatch_layout_metadata_errors(args, pattern) -> None:
         dispatch_layout(*args)
 
 
+@pytest.mark.contract("s3.nan-score-canonical")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_stage_active_nan_score_is_canonical_nan(dtype: torch.dtype) -> None:
     # An active NaN score is an invalid route (staged only with checks off); its float32
-    # bits are the canonical quiet NaN 0x7FC00000 (CONTRACTS.md v2 s3) whatever the payload
+    # bits are the canonical quiet NaN 0x7FC00000 (docs/contract.md v2 s3) whatever the payload
     # or sign of the caller's NaN.
     w = torch.tensor([[NAN, -NAN, 1.0]], dtype=dtype)
     if dtype in (torch.float32, torch.float64):  # a signalling-style payload too

@@ -1,5 +1,5 @@
 """``scale_regs`` variants on the host: when the scale bytes leave shared memory, what that
-frees, and that a default takes such a variant only where it was measured (CONTRACTS.md s4
+frees, and that a default takes such a variant only where it was measured (docs/contract.md s4
 scale blocks; the GPU rows: ``tests/single/test_scale_regs.py``)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from megamoe.experts.mxfp4_gemm_kernel import (
     mx_storage,
     scale_run_in_smem,
 )
-from tests.host.test_mx_pipeline_depth_host import SCALE_BLOCK  # CONTRACTS.md s4, by hand
+from tests.host.test_mx_pipeline_depth_host import SCALE_BLOCK  # docs/contract.md s4, by hand
 
 REGS = KernelConfig(64, 4, tile_m=64, specialized=True, scale_regs=True)
 RUN = KernelConfig(64, 4, tile_m=64, specialized=True)

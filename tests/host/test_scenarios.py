@@ -1,4 +1,4 @@
-"""The scenario library produces what each name says (CONTRACTS.md s10, fixtures/scenarios.py)."""
+"""The scenario library produces what each name says (docs/contract.md s10, fixtures/scenarios.py)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,7 @@ def _check_common(state: ScenarioState, shape) -> None:
         assert not bool(torch.isfinite(w[~active]).any()), "masked scores must be NaN/+-Inf"
 
 
+@pytest.mark.contract("s10.scenario-library")
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 @pytest.mark.parametrize("name", SCENARIO_NAMES)
 def test_scenario_is_valid_and_capacity_shaped(name: str, shape) -> None:
@@ -126,6 +127,7 @@ def test_sparse_holes_fractions_are_plausible() -> None:
         assert 0.36 < masked < 0.44, masked
 
 
+@pytest.mark.contract("s10.scenario-library")
 @pytest.mark.parametrize(
     ("p", "c", "want"),
     [
@@ -192,6 +194,7 @@ def test_uniform_balances_experts_within_one(shape) -> None:
     assert int(counts.sum()) == p * c * k
 
 
+@pytest.mark.contract("s10.scenario-library")
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_restored_is_byte_identical_to_the_first_state(shape) -> None:
     first = _make(CHANGING_ROUTE_SEQUENCE[0], shape)
@@ -207,6 +210,7 @@ def test_restored_is_byte_identical_to_the_first_state(shape) -> None:
             assert torch.equal(_bytes(x), _bytes(y))
 
 
+@pytest.mark.contract("s10.scenario-library")
 def test_sequence_covers_contract_states_and_ends_restored() -> None:
     contract_s10 = {
         "dense-129", "all-masked", "last-capacity-row-only", "sparse-holes",

@@ -1,4 +1,4 @@
-"""Split-K variants of the MX GEMMs on the host (``megamoe.experts.split_k``; CONTRACTS.md s7).
+"""Split-K variants of the MX GEMMs on the host (``megamoe.experts.split_k``; docs/contract.md s7).
 
 - Slices: at most one per k tile; counters: one per output tile of the grid.
 - The workspace is required exactly when the variant splits, and each of its metadata

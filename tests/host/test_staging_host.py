@@ -1,4 +1,4 @@
-"""Staging on the host (CONTRACTS s2-s4, s9): metadata checks, the MEGAMOE_CHECK_ROUTES
+"""Staging on the host (docs/contract.md s2-s4, s9): metadata checks, the MEGAMOE_CHECK_ROUTES
 setting, the workspace layout, and the Torch path against the oracle, bitwise, on CPU."""
 
 from __future__ import annotations
@@ -125,6 +125,7 @@ def _valid_call(fmt=None):
                     hidden_scales=scales)
 
 
+@pytest.mark.contract("s2.metadata-checks")
 @pytest.mark.parametrize(
     ("change", "argument"),
     [
@@ -159,6 +160,7 @@ def test_metadata_check_rejects_more_tokens_than_capacity():
         validate_stage_inputs(ws, make_hidden(gen, 5, 64), ids, w, num_experts=8)
 
 
+@pytest.mark.contract("s1.hidden-formats")
 @pytest.mark.parametrize("fmt", [StageFormat("mxfp8_prequant"), StageFormat("nvfp4_prequant"),
                                  StageFormat("nvfp4")], ids=lambda f: f.kind)
 def test_metadata_check_formats(fmt):
@@ -173,6 +175,7 @@ def test_metadata_check_formats(fmt):
             validate_stage_inputs(ws, **args)
 
 
+@pytest.mark.contract("s2.metadata-checks")
 def test_metadata_checks_read_no_values():
     """The checks pass on meta tensors, which hold no values: nothing is read or synced."""
     fmt = StageFormat("mxfp8_prequant")
@@ -187,6 +190,7 @@ def test_metadata_checks_read_no_values():
     assert meta.num_tokens == 8 and meta.graph_live
 
 
+@pytest.mark.contract("s3.no-stray-writes")
 def test_bad_metadata_raises_before_touching_the_workspace():
     ws, args = _valid_call()
     warmup(ws)
@@ -201,6 +205,7 @@ def test_bad_metadata_raises_before_touching_the_workspace():
 # ---------------------------------------------------------------- setting
 
 
+@pytest.mark.contract("s2.check-routes-switch")
 @pytest.mark.parametrize(("raw", "value"), [(None, True), ("", True), ("1", True),
                                             ("0", False), ("off", False), ("true", True)])
 def test_check_routes_setting_parses(raw, value):
@@ -213,6 +218,7 @@ def test_check_routes_setting_rejects_garbage():
         read_check_routes({ENV_VAR: "maybe"})
 
 
+@pytest.mark.contract("s2.check-routes-switch")
 def test_setting_is_read_at_warmup_and_recorded(monkeypatch):
     gen = torch.Generator().manual_seed(3)
     ws = StagingWorkspace.create(8, 2, 64, StageFormat("bf16"))
@@ -233,6 +239,7 @@ def test_setting_is_read_at_warmup_and_recorded(monkeypatch):
         stage(ws, x, ids, w, num_experts=8)
 
 
+@pytest.mark.contract("s2.check-routes-switch", "s3.live-rows-staged")
 def test_checks_off_still_zeroes_masked_scores(monkeypatch):
     gen = torch.Generator().manual_seed(4)
     monkeypatch.setenv(ENV_VAR, "0")
@@ -246,10 +253,11 @@ def test_checks_off_still_zeroes_masked_scores(monkeypatch):
     assert torch.equal(ws.ids, exp.ids)
 
 
+@pytest.mark.contract("s3.nan-score-canonical")
 @pytest.mark.parametrize("score_dtype", SCORE_DTYPES)
 def test_checks_off_active_nan_scores_stage_as_the_oracles_canonical_nan(monkeypatch,
                                                                          score_dtype):
-    """CONTRACTS.md v2 s3: with value checks off, an active slot's NaN score (any sign, any
+    """docs/contract.md v2 s3: with value checks off, an active slot's NaN score (any sign, any
     payload) stages as 0x7FC00000 on the Torch path, bit for bit the oracle's staging."""
     gen = torch.Generator().manual_seed(14)
     monkeypatch.setenv(ENV_VAR, "0")
@@ -280,6 +288,7 @@ FORMAT_REGIMES = [
 ]
 
 
+@pytest.mark.contract("s1.hidden-formats", "s3.fused-equals-fallback", "s3.no-stray-writes", "s3.payload-bytes", "s4.element-casts", "s4.mx-special-blocks", "s4.mxfp8-floor", "s4.mxfp8-rceil", "s4.nvfp4", "s4.safe-fp8")
 @pytest.mark.parametrize(("fmt", "regime"), FORMAT_REGIMES)
 def test_torch_path_matches_oracle_bitwise(fmt, regime):
     gen = torch.Generator().manual_seed(5)
@@ -299,6 +308,7 @@ def test_torch_path_matches_oracle_bitwise(fmt, regime):
     assert unchanged(before, hidden, ids, w, scales)
 
 
+@pytest.mark.contract("s1.route-dtypes-and-layouts", "s2.masked-any-score", "s3.live-rows-staged")
 @given(
     t=st.integers(0, 24),
     k=st.integers(1, 16),
@@ -327,6 +337,7 @@ def test_torch_path_routes_match_oracle_for_any_dtype_and_layout(
     assert unchanged(before, ids, w)
 
 
+@pytest.mark.contract("s3.tail-rows-emptied")
 def test_shrinking_batch_leaves_no_stale_route():
     gen = torch.Generator().manual_seed(6)
     ws = _ws(StageFormat("bf16"), c=8, k=2)
@@ -358,6 +369,7 @@ def _bad_routes(gen, t, k, e, kind):
     return ids, w
 
 
+@pytest.mark.contract("s2.active-slot-rules", "s2.caller-dtype-checks", "s2.route-error-eager")
 @pytest.mark.parametrize("kind", ["range", "negative", "wrap", "dup", "nonfinite"])
 def test_route_error_names_the_first_violation_like_the_oracle(kind):
     gen = torch.Generator().manual_seed(7)
@@ -383,6 +395,7 @@ def test_route_error_names_the_first_violation_like_the_oracle(kind):
     assert torch.equal(ws.ids[good], exp.ids)
 
 
+@pytest.mark.contract("s4.safe-fp8-row-rule")
 def test_safe_fp8_non_finite_input_row_is_a_route_error():
     gen = torch.Generator().manual_seed(8)
     ws = _ws(StageFormat("safe_fp8"), c=8, k=2)
@@ -464,6 +477,7 @@ def test_planted_bug_guard_write_is_caught():
 # ---------------------------------------------------------------- compile cache
 
 
+@pytest.mark.contract("s9.warmup-before-capture")
 def test_compile_cache_compiles_once_reuses_across_h_and_refuses_during_capture():
     from megamoe.staging import compile_cache as cc
 
@@ -521,6 +535,7 @@ def _stage_noncanonical_nans(score_dtype, check, monkeypatch):
             ws.view("bad_score")[:t].view(torch.int64).tolist())
 
 
+@pytest.mark.contract("s3.nan-score-canonical")
 @pytest.mark.parametrize("score_dtype", SCORE_DTYPES)
 @pytest.mark.parametrize("check", [True, False])
 def test_torch_path_stages_nan_scores_as_the_canonical_nan(monkeypatch, score_dtype, check):

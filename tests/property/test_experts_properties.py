@@ -1,7 +1,7 @@
 """Properties of the oracle forward over random shapes, routes, masks and splits (CPU).
 
 For any recipe, batch, top-k, mask pattern, weighting mode, clamp and split of the tokens
-into an EP world (CONTRACTS.md s5-s8):
+into an EP world (docs/contract.md s5-s8):
 
 - ``ep_forward`` gives every rank exactly (bitwise) the rows ``moe_forward`` gives for the
   same tokens, whatever the world size;
@@ -75,6 +75,7 @@ def _inputs(config: MoEConfig, tokens: int, seed: int, mask_p: float, amplitude:
     return weights, hidden, ids, scores
 
 
+@pytest.mark.contract("s6.inactive-rows-zero", "s7.collective-reference")
 @given(cases())
 def test_ep_forward_equals_moe_forward_for_any_split(case):
     config, sizes, seed, mask_p, amplitude = case
@@ -91,6 +92,7 @@ def test_ep_forward_equals_moe_forward_for_any_split(case):
     assert same_bits(torch.cat(outs), single)
 
 
+@pytest.mark.contract("s8.invariance")
 @given(cases(), st.data())
 def test_a_row_output_depends_on_that_row_only(case, data):
     config, sizes, seed, mask_p, amplitude = case

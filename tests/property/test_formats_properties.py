@@ -1,4 +1,4 @@
-"""Hypothesis properties of the oracle's number formats (CONTRACTS s4), CPU.
+"""Hypothesis properties of the oracle's number formats (docs/contract.md s4), CPU.
 
 Inputs: random shapes and float32 values with magnitudes from the smallest
 subnormal to ~3e38, both independent per element and coherent per block (a
@@ -12,6 +12,7 @@ import math
 
 import ml_dtypes
 import numpy as np
+import pytest
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -58,6 +59,7 @@ def _half_step(scaled_abs: np.ndarray, mant: int, emin: int) -> np.ndarray:
     return np.exp2(np.maximum(binade, emin) - mant - 1)
 
 
+@pytest.mark.contract("s4.mxfp8-rceil")
 @given(x=float32_blocks(), elem=st.sampled_from(["e4m3", "e5m2"]))
 def test_rceil_scale_is_the_smallest_power_of_two_without_saturation(x, elem) -> None:
     fmax = ELEM[elem][0]
@@ -78,6 +80,7 @@ def test_rceil_scale_is_the_smallest_power_of_two_without_saturation(x, elem) ->
     assert np.all(scale.numpy()[~nonzero] == 0)
 
 
+@pytest.mark.contract("s4.mx-special-blocks", "s4.mxfp4", "s4.mxfp8-floor")
 @given(x=float32_blocks(), elem=st.sampled_from(["e4m3", "e5m2", "e2m1"]))
 def test_floor_scale_matches_the_ocp_formula(x, elem) -> None:
     emax_elem = ELEM[elem][3]
@@ -104,6 +107,7 @@ def _quant_dequant(x: torch.Tensor, elem: str, mode: str):
     return (payload, scale), F.dequantize_mxfp8(payload, scale), scale
 
 
+@pytest.mark.contract("s4.mxfp8-floor")
 @given(
     x=float32_blocks(),
     elem=st.sampled_from(["e4m3", "e5m2", "e2m1"]),
@@ -183,6 +187,7 @@ def test_sign_symmetry(x, mode) -> None:
     assert torch.equal(sd, sdn) and torch.equal(spn.view(torch.uint8), sp.view(torch.uint8) ^ 0x80)
 
 
+@pytest.mark.contract("s4.element-casts")
 @given(values=hnp.arrays(np.float32, st.integers(1, 64), elements=st.floats(width=32)))
 def test_element_casts_agree_with_ml_dtypes(values) -> None:
     """RNE like ml_dtypes, plus the contract's saturation, NaN byte and unsigned E2M1 zero."""

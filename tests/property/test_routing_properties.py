@@ -1,4 +1,4 @@
-"""Property tests: oracle.routing against independent plain-Python references (CONTRACTS s2, s3, s8).
+"""Property tests: oracle.routing against independent plain-Python references (docs/contract.md s2, s3, s8).
 
 The references below are written from the contract text with Python ints/floats and loops
 (numpy only for the float32 rounding of a score); they share no code with oracle.routing.
@@ -29,7 +29,7 @@ from oracle.routing import (
 
 SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-CANONICAL_NAN = 0x7FC00000  # float32 bits of a staged NaN score (CONTRACTS.md v2 s3)
+CANONICAL_NAN = 0x7FC00000  # float32 bits of a staged NaN score (docs/contract.md v2 s3)
 BIG_INT64_IDS = (2**31, 2**32, 2**32 + 1, -(2**32), -(2**32) - 1, 2**63 - 1, -(2**63))
 INT32_EDGE_IDS = (-2, INT32_MIN, INT32_MAX)
 
@@ -215,6 +215,7 @@ def check_layout(impl: Callable, staged: list[torch.Tensor], e: int, p: int) -> 
 # ------------------------------------------------------------------ properties
 
 
+@pytest.mark.contract("s2.active-slot-rules", "s2.masked-any-score")
 @given(routes())
 @example(
     (
@@ -233,6 +234,7 @@ def _fits_int32(ids: list[list[int]]) -> bool:
     return all(INT32_MIN <= i <= INT32_MAX for row in ids for i in row)
 
 
+@pytest.mark.contract("s1.route-dtypes-and-layouts", "s3.live-rows-staged", "s3.nan-score-canonical", "s3.tail-rows-emptied", "s8.bitwise-stages")
 @given(routes(big_ids=False), st.integers(0, 3))
 def test_stage_routes_is_byte_exact(case, extra_rows) -> None:
     ids_t, sc_t, _, ids, scores = case
@@ -240,6 +242,7 @@ def test_stage_routes_is_byte_exact(case, extra_rows) -> None:
     check_stage(stage_routes, ids_t, sc_t, capacity, ids, scores)
 
 
+@pytest.mark.contract("s2.caller-dtype-checks")
 @given(routes())
 def test_stage_routes_never_wraps_and_checks_values(case) -> None:
     ids_t, sc_t, e, ids, scores = case
@@ -270,6 +273,7 @@ def staged_worlds(draw):
     return staged, e, p
 
 
+@pytest.mark.contract("s8.bitwise-stages")
 @given(staged_worlds())
 def test_dispatch_layout_matches_brute_force(world) -> None:
     check_layout(dispatch_layout, *world)

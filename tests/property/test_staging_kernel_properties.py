@@ -1,4 +1,4 @@
-"""Properties of the fused staging kernels on the GPU (CONTRACTS s2-s3, s9).
+"""Properties of the fused staging kernels on the GPU (docs/contract.md s2-s3, s9).
 
 Hypothesis drives arbitrary routes, including invalid ones (ids anywhere in
 ``[-3, E + 3]``, NaN/Inf scores on any slot), through the kernel path and the Torch path:
@@ -61,6 +61,7 @@ def _run(path, dev, k, e, ids, w, x, live=None, check=True):
     return ws, err
 
 
+@pytest.mark.contract("s1.route-dtypes-and-layouts", "s2.active-slot-rules", "s3.fused-equals-fallback")
 @given(
     t=st.integers(0, 64),
     k=st.integers(1, 16),

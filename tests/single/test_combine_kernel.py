@@ -1,4 +1,4 @@
-"""Masked-combine kernel on the GPU vs the oracle, bitwise (CONTRACTS.md s6, s8, s9).
+"""Masked-combine kernel on the GPU vs the oracle, bitwise (docs/contract.md s6, s8, s9).
 
 The oracle (``oracle.combine.masked_combine``) runs on the same device; outputs are compared
 as bytes (NaN payloads and signed zeros included). Outputs live inside guard rows that must
@@ -98,6 +98,7 @@ def _check_against_oracle(terms, ids, num_tokens, device, *, expect_plan=None):
     return plan
 
 
+@pytest.mark.contract("s6.combine-slot-order", "s8.bitwise-stages", "s8.untouched-tail")
 @given(case=combine_cases())
 def test_combine_kernel_equals_oracle_bitwise(cuda_device, case) -> None:
     terms, ids = _case(case["seed"], case["rows"], case["top_k"], case["hidden"],
@@ -106,6 +107,7 @@ def test_combine_kernel_equals_oracle_bitwise(cuda_device, case) -> None:
     _check_against_oracle(terms, ids, case["num_tokens"], cuda_device)
 
 
+@pytest.mark.contract("s6.combine-slot-order")
 @pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize(("layout", "hidden", "plan"), [
     ("contig", 2880, PLAN_WIDE), ("padded", 136, PLAN_WIDE), ("offset1", 136, PLAN_SCALAR),
@@ -116,6 +118,7 @@ def test_both_kernel_variants_run_and_match(cuda_device, id_dtype, layout, hidde
     _check_against_oracle(terms, ids, 257, cuda_device, expect_plan=plan)
 
 
+@pytest.mark.contract("s6.inactive-rows-zero")
 def test_all_masked_rows_are_exact_zero_despite_nan_terms(cuda_device) -> None:
     terms, ids = _case(2, 64, 8, 256, 1.0, torch.int32, True, "contig", cuda_device)
     assert bool(terms.isnan().any())
@@ -124,6 +127,7 @@ def test_all_masked_rows_are_exact_zero_despite_nan_terms(cuda_device) -> None:
     assert bool((out.view(torch.int16) == 0).all()), "inactive rows must be +0.0 bytes"
 
 
+@pytest.mark.contract("s6.combine-slot-order")
 def test_last_row_only_and_negative_zero_terms(cuda_device) -> None:
     rows, top_k, hidden = 129, 4, 64
     terms, ids = _case(3, rows, top_k, hidden, 0.0, torch.int64, False, "contig", cuda_device)
@@ -172,6 +176,7 @@ def _state(seed: int, rows: int, top_k: int, hidden: int, kind: str, device):
     return terms, ids
 
 
+@pytest.mark.contract("s9.replay-equals-eager", "s10.single-rank-replay")
 @pytest.mark.parametrize(("rows", "num_tokens", "top_k", "hidden"),
                          [(4096, 4093, 8, 128), (300, 257, 4, 24), (129, 129, 16, 3)])
 def test_combine_graph_replays_changing_contents_equal_eager(

@@ -1,4 +1,4 @@
-"""Dispatch-layout kernel on the GPU vs the oracle, bitwise (CONTRACTS.md s3, s8, s9, s10).
+"""Dispatch-layout kernel on the GPU vs the oracle, bitwise (docs/contract.md s3, s8, s9, s10).
 
 Every comparison runs the oracle (``oracle.routing.dispatch_layout``) on the same device and
 compares every field with ``torch.equal`` (int64 tensors: equal values are equal bytes).
@@ -80,6 +80,7 @@ def layout_cases(draw):
     )
 
 
+@pytest.mark.contract("s8.bitwise-stages")
 @given(case=layout_cases())
 def test_layout_kernel_equals_oracle_bitwise(cuda_device, case) -> None:
     ranks = [
@@ -170,6 +171,7 @@ def _stage_state(state, capacity: int, device) -> list[torch.Tensor]:
     return staged
 
 
+@pytest.mark.contract("s9.replay-equals-eager", "s10.single-rank-replay")
 @pytest.mark.parametrize(
     ("world", "capacity", "top_k", "experts"),
     [(1, 4096, 8, 128), (4, 300, 4, 32), (8, 160, 16, 64), (1, 256, 8, 256)],
@@ -177,7 +179,7 @@ def _stage_state(state, capacity: int, device) -> list[torch.Tensor]:
 def test_layout_graph_replays_changing_routes_equal_eager_and_oracle(
     cuda_device, world, capacity, top_k, experts
 ) -> None:
-    """CONTRACTS s9/s10: one captured graph, the scenario sequence, >= 17 replays per state,
+    """docs/contract.md s9/s10: one captured graph, the scenario sequence, >= 17 replays per state,
     the workspace poisoned between states, first and last replay compared in full."""
     warmup(cuda_device)
     states = make_sequence(world_size=world, capacity=capacity, top_k=top_k,

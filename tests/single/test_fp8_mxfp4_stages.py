@@ -1,10 +1,11 @@
-"""The ``fp8_mxfp4`` layer's own kernels on a Hopper GPU (CONTRACTS.md s4, s5, s9): the
+"""The ``fp8_mxfp4`` layer's own kernels on a Hopper GPU (docs/contract.md s4, s5, s9): the
 E4M3 -> bf16 widening gather and the A2 safe-FP8 quantizer, each bitwise equal to its
 PyTorch path (which the host tests check against ``ml_dtypes`` and the oracle), writing
 only the rows it owns, and replaying under a CUDA graph with new counts."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from megamoe.experts.api import padded_segment_starts
@@ -70,6 +71,7 @@ def _a2_case(device, seed: int):
     return act.to(device), seg.to(device), counts.to(device)
 
 
+@pytest.mark.contract("s4.safe-fp8")
 def test_a2_kernel_equals_the_torch_path_bitwise(cuda_device) -> None:
     act, seg, counts = _a2_case(cuda_device, 2)
     m_cap = act.shape[0]

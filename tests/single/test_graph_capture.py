@@ -1,4 +1,4 @@
-"""``megamoe.graphs.capture`` on the GPU (CONTRACTS.md s9): a CUDA graph left to Python's
+"""``megamoe.graphs.capture`` on the GPU (docs/contract.md s9): a CUDA graph left to Python's
 cyclic garbage collector and finalized inside another capture invalidates that capture
 under plain ``torch.cuda.graph``; under ``capture`` it is finalized before the capture
 begins. Each arm runs in its own process (an invalidated capture must not touch the test

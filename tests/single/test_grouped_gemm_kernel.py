@@ -1,4 +1,4 @@
-"""Grouped expert GEMM kernel on a Hopper GPU (CONTRACTS.md s5, s8, s9).
+"""Grouped expert GEMM kernel on a Hopper GPU (docs/contract.md s5, s8, s9).
 
 - Accuracy: every live row against the oracle's float32 steps on the canonical weights
   (relative L2 per row and overall <= 0.01, every row finite); rows outside the live
@@ -59,6 +59,7 @@ def _same_on_a_small_grid(case, mode, clamp, cfg):
         assert same_bits(case["out"], full), f"{cfg.name}: 3-CTA grid differs from full grid"
 
 
+@pytest.mark.contract("s5.clamp", "s5.ffn-recipes")
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)
 @pytest.mark.parametrize(("clamp", "scale"), [(None, False), (0.75, True)])
 def test_swiglu_rows_match_the_oracle(cuda_device, clamp, scale, cfg):
@@ -72,6 +73,7 @@ def test_swiglu_rows_match_the_oracle(cuda_device, clamp, scale, cfg):
     print(f"swiglu {cfg.name} clamp={clamp} scale={scale}: worst row rel L2 {worst:.3g}")
 
 
+@pytest.mark.contract("s5.weighting")
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)
 @pytest.mark.parametrize("scale", [False, True])
 def test_plain_rows_match_the_oracle(cuda_device, scale, cfg):
@@ -123,6 +125,7 @@ def test_planted_bug_gate_up_swap_is_caught_on_the_kernel(cuda_device):
         check_against_oracle(case, "swiglu", None)
 
 
+@pytest.mark.contract("s8.invariance")
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)
 @pytest.mark.parametrize("mode", ["swiglu", "plain"])
 def test_row_bits_do_not_depend_on_other_rows_counts_or_position(cuda_device, mode, cfg):

@@ -1,4 +1,4 @@
-"""The MegaMoE layer on the H200 (CONTRACTS.md s1-s10, issue 7), for every recipe the layer
+"""The MegaMoE layer on the H200 (docs/contract.md s1-s10, issue 7), for every recipe the layer
 runs (``LAYER_RECIPES``), each with its GEMV where it has one (``C_GEMV``): every stage a
 CuTe DSL kernel; every live row within the section 8 bound of the oracle, inactive rows
 exactly zero; the invariance contract bitwise; the changing-route scenario set on one
@@ -72,6 +72,7 @@ is its own test (one xdist worker each; session 32: as one test drawing the case
 402 s on one worker, the longest path of the ``single`` suite) and gets its share for sure."""
 
 
+@pytest.mark.contract("s1.route-dtypes-and-layouts", "s5.clamp", "s5.ffn-recipes", "s5.weighting", "s6.inactive-rows-zero", "s8.row-tolerance")
 @pytest.mark.parametrize(("recipe", "capacity"), LAYER_CASES, ids=CASE_IDS)
 @settings(max_examples=CASE_EXAMPLES)
 @given(
@@ -97,10 +98,11 @@ def test_every_live_row_meets_the_oracle(cuda_device, recipe, capacity, t, mask_
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
+@pytest.mark.contract("s2.masked-any-score", "s8.invariance")
 @pytest.mark.parametrize(("recipe", "capacity"), LAYER_CASES, ids=CASE_IDS)
 def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(cuda_device, recipe,
                                                              capacity) -> None:
-    """CONTRACTS.md s8 invariance: row 0's bits stay the same whatever the other rows hold,
+    """docs/contract.md s8 invariance: row 0's bits stay the same whatever the other rows hold,
     how many there are, and whether masked slots carry NaN/Inf or zero."""
     layer = _layer(cuda_device, recipe=recipe, capacity=capacity)
     x, ids, w = _routes(11, min(64, capacity), 0.3, cuda_device)
@@ -125,7 +127,7 @@ def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(cuda_device, recipe
 
 
 def _poison(layer: MoELayer, *buffers: torch.Tensor) -> None:
-    """NaN into the layer's data buffers and the given caller buffers (CONTRACTS.md s10)."""
+    """NaN into the layer's data buffers and the given caller buffers (docs/contract.md s10)."""
     for t in (layer._a1, layer._a2, layer._h2, layer._terms, layer._out, layer._act,
               layer._pre1, layer._pre2, layer._stage_ws.payload,
               layer._layout_ws.view("order"), *buffers):
@@ -135,9 +137,10 @@ def _poison(layer: MoELayer, *buffers: torch.Tensor) -> None:
             t.fill_(-7)
 
 
+@pytest.mark.contract("s8.invariance", "s8.untouched-tail", "s9.replay-equals-eager", "s10.single-rank-replay")
 @pytest.mark.parametrize(("recipe", "capacity"), LAYER_CASES, ids=CASE_IDS)
 def test_changing_route_scenarios_replay_on_one_graph(cuda_device, recipe, capacity) -> None:
-    """CONTRACTS.md s10 (single-rank): one captured forward over capacity-shaped buffers,
+    """docs/contract.md s10 (single-rank): one captured forward over capacity-shaped buffers,
     17 replays per state, NaN poured into the workspace and the output between states;
     every live row against the oracle, first and last replay bitwise equal to an eager
     forward, rows past the live count untouched, ``restored`` equal to the first state."""
@@ -210,6 +213,7 @@ def _replay_makes_only_row_nan(graph, out: torch.Tensor, clean: torch.Tensor,
     assert torch.equal(_bits(out[keep]), _bits(clean[keep]))
 
 
+@pytest.mark.contract("s2.route-error-graph")
 @pytest.mark.parametrize("recipe", LAYER_RECIPES)
 def test_bad_routes_under_a_graph_give_nan_rows_and_check_errors_raises(cuda_device,
                                                                         recipe) -> None:
@@ -227,6 +231,7 @@ def test_bad_routes_under_a_graph_give_nan_rows_and_check_errors_raises(cuda_dev
     layer.check_errors()  # the record was cleared
 
 
+@pytest.mark.contract("s2.metadata-checks", "s2.route-error-eager")
 def test_eager_route_error_and_bad_metadata_write_nothing(cuda_device) -> None:
     layer = _layer(cuda_device)
     x, ids, w = _routes(22, 10, 0.0, cuda_device)
@@ -243,9 +248,10 @@ def test_eager_route_error_and_bad_metadata_write_nothing(cuda_device) -> None:
     assert bool((out == 3.0).all())
 
 
+@pytest.mark.contract("s4.safe-fp8-row-rule")
 def test_fp8_mxfp4_non_finite_hidden_row_is_a_route_error_eager_and_under_graphs(
         cuda_device) -> None:
-    """CONTRACTS.md s4: safe-FP8 input rows must be finite, checked like routes."""
+    """docs/contract.md s4: safe-FP8 input rows must be finite, checked like routes."""
     layer = _layer(cuda_device, recipe="fp8_mxfp4")
     x, ids, w = _routes(24, 12, 0.0, cuda_device)
     layer.warmup(x, ids, w)
@@ -262,6 +268,7 @@ def test_fp8_mxfp4_non_finite_hidden_row_is_a_route_error_eager_and_under_graphs
         layer.check_errors()
 
 
+@pytest.mark.contract("s8.row-tolerance")
 @pytest.mark.parametrize("capacity", [8, 64], ids=["gemv", "wgmma"])
 @pytest.mark.parametrize(("amplitude", "w13_scale_raise"), [
     (1e-15, 0), (1e-18, 0), (1e-19, 0), (1e-35, 55),

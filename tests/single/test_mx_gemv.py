@@ -1,5 +1,5 @@
 """The decode-batch GEMV variants of the block-scaled grouped GEMM on a Hopper GPU, every
-weight format (``megamoe.experts.mx_gemv_kernel``; CONTRACTS.md s4, s5, s8).
+weight format (``megamoe.experts.mx_gemv_kernel``; docs/contract.md s4, s5, s8).
 
 - Accuracy: every live row against the PyTorch path within the s8 bf16 bound at the shapes
   that reach each code path: ``K`` with and without the 64-element last step (gpt-oss's 2880,
@@ -55,6 +55,7 @@ def test_every_live_row_within_the_gemm_tolerance(cuda_device, kind, cfg, mode, 
     _check(case, mode, CLAMP[mode])
 
 
+@pytest.mark.contract("s8.invariance")
 @pytest.mark.parametrize(("kind", "cfg"), GEMV, ids=GEMV_IDS)
 @pytest.mark.parametrize("mode", ["swiglu", "plain"])
 def test_a_row_bits_do_not_depend_on_other_rows_or_its_place(cuda_device, kind, cfg,

@@ -1,4 +1,4 @@
-"""Grouped expert GEMM with MXFP4 weights on a Hopper GPU (CONTRACTS.md s4 MXFP4, s5, s8).
+"""Grouped expert GEMM with MXFP4 weights on a Hopper GPU (docs/contract.md s4 MXFP4, s5, s8).
 
 - Exact decode: with ``a`` the identity, FC2's float32 output is the weights' dequantized
   values bit for bit, for every E2M1 code under every E8M0 scale byte (0..255), so the
@@ -37,7 +37,7 @@ from tests.host.test_grouped_gemm_host import (
 )
 from tests.mxfp4_case import make_mxfp4_case
 
-BF16_TOL = 0.01  # CONTRACTS.md s8 (the GEMM alone: bf16 operands, float32 accumulation)
+BF16_TOL = 0.01  # docs/contract.md s8 (the GEMM alone: bf16 operands, float32 accumulation)
 CFG_IDS = [c.name for c in MXFP4_CONFIGS]
 SHAPES = {"swiglu": (640, 256), "plain": (576, 384)}  # (K, N): K spans > stages k tiles
 
@@ -169,6 +169,7 @@ def test_gpt_oss_shapes_in_their_default_variant(cuda_device) -> None:
         _check(case, mode, None)
 
 
+@pytest.mark.contract("s4.e8m0", "s4.mxfp4")
 def test_decode_is_exact_for_every_code_under_every_scale_byte(cuda_device) -> None:
     """a = I (bf16), FC2 float32: out[m, n] = W[n, m] exactly, W holding every E2M1 code
     under every E8M0 byte (row n: byte n for all its blocks)."""

@@ -1,4 +1,4 @@
-"""The ``mxfp8`` recipe's kernels on a Hopper GPU (CONTRACTS.md s4 MXFP8, s5, s8): the
+"""The ``mxfp8`` recipe's kernels on a Hopper GPU (docs/contract.md s4 MXFP8, s5, s8): the
 MXFP8-weight grouped GEMM (decode in the mainloop), the MXFP8 A1 gather and the A2
 quantizer, each against its PyTorch path (checked against the oracle on the host).
 Values are compared bit for bit, NaN by position (a NaN's payload bits may differ)."""
@@ -47,6 +47,7 @@ NAN_ROWS = (10, 11, 200, 201)
 two-product path), so a NaN byte meets both paths of ``e4m3_word_scaled``'s rare branch."""
 
 
+@pytest.mark.contract("s4.e8m0")
 @pytest.mark.parametrize("cfg", MXFP8_CONFIGS, ids=[c.name for c in MXFP8_CONFIGS])
 def test_mxfp8_decode_is_exact_for_every_byte_under_every_scale_byte(cuda_device, cfg) -> None:
     """a = I: out = W's dequantized values; row n has scale byte n, every payload byte (odd
@@ -130,6 +131,7 @@ def test_mxfp8_gather_kernel_matches_the_torch_path(cuda_device, elem) -> None:
     gather_matches_the_torch_path(widen_mx_rows, src, scales, 33, 512, g, cuda_device, elem)
 
 
+@pytest.mark.contract("s4.mx-special-blocks", "s4.mxfp8-floor", "s4.mxfp8-rceil")
 @pytest.mark.parametrize(("elem", "mode"), [("e4m3", "rceil"), ("e5m2", "floor")])
 def test_mxfp8_a2_kernel_matches_the_torch_path(cuda_device, elem, mode) -> None:
     g = torch.Generator().manual_seed(4)

@@ -1,4 +1,4 @@
-"""The ``nvfp4`` recipe's kernels on a Hopper GPU (CONTRACTS.md s4 NVFP4, s5, s8): the
+"""The ``nvfp4`` recipe's kernels on a Hopper GPU (docs/contract.md s4 NVFP4, s5, s8): the
 NVFP4-weight grouped GEMM (``code * scale`` decoded in the mainloop; ``g`` is the caller's
 pre-scale), the NVFP4 A1 gather and the A2 quantizer, each against its PyTorch path
 (checked against the oracle on the host). Values bit for bit, NaN by position."""
@@ -36,6 +36,7 @@ def test_nvfp4_gemm_rows_match_the_torch_path(cuda_device, cfg, mode, out_dtype)
     _check(case, mode, clamp)
 
 
+@pytest.mark.contract("s4.nvfp4")
 def test_nvfp4_decode_is_exact_for_every_code_under_every_scale_byte(cuda_device) -> None:
     """a = I: out = code * scale exactly; row n's scale byte is n, every code in both
     nibbles (the NaN scale bytes 0x7F / 0xFF poison their rows' columns)."""

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch in the layer on the H200 (megamoe.pdl; CONTRACTS.md s9):
+"""Programmatic dependent launch in the layer on the H200 (megamoe.pdl; docs/contract.md s9):
 the kernels of a captured forward are linked by programmatic edges (the launch attribute
 takes effect under capture), and PDL changes no bit: a captured forward replayed over
 changing routes gives the same outputs in a process with the opposite ``MEGAMOE_PDL``."""

@@ -1,5 +1,5 @@
 """The first-halves raster (``KernelConfig.halves``, ``grouped_gemm_kernel.halves_tile``) on a
-Hopper GPU (CONTRACTS.md s7, s8).
+Hopper GPU (docs/contract.md s7, s8).
 
 A halves variant gives the segments' first 64-row tiles the grid's first blocks; every tile
 still has one CTA, so every live row must be bit for bit its twin's (the same variant

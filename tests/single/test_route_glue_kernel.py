@@ -1,4 +1,4 @@
-"""The route-table kernel (``megamoe.layer.route_glue``; CONTRACTS.md s3, s5) against its
+"""The route-table kernel (``megamoe.layer.route_glue``; docs/contract.md s3, s5) against its
 PyTorch path on the same dispatch layout: counts and segment starts bit for bit, and for
 every route ``i < N`` its source row, GEMM row, term row, score and (nvfp4) global-scale
 products; also under a CUDA graph replayed with changed routes."""

@@ -1,5 +1,5 @@
 """MX GEMM variants that keep the scale bytes in registers (``scale_regs``) on a Hopper GPU
-(CONTRACTS.md s4 scale blocks, s8).
+(docs/contract.md s4 scale blocks, s8).
 
 A ``scale_regs`` CTA does not copy its tile's K-long scale run into shared memory: each
 decode thread loads its weight row's scale bytes from global memory in 16-byte vectors, one
@@ -34,7 +34,7 @@ SCALE_BYTES = {"mxfp4": (118, 137), "mxfp8": (118, 137), "nvfp4": (0x30, 0x49)}
 def smem_twin(kind: str) -> KernelConfig:
     """The format's first 64-row specialized variant that copies the run (MXFP4 and MXFP8
     ``m64n64s3ws``, NVFP4 ``m64n64s2ws``): its rows are bit for bit those of any depth (the
-    same in-order K loop, CONTRACTS.md s8)."""
+    same in-order K loop, docs/contract.md s8)."""
     return next(c for c in CONFIGS_BY_FORMAT[kind]
                 if c.tile_m == 64 and c.specialized and not c.scale_regs and c.splits == 1)
 

@@ -1,4 +1,4 @@
-"""Split-K MX GEMM variants on a Hopper GPU (``megamoe.experts.split_k``; CONTRACTS.md s5, s8, s9).
+"""Split-K MX GEMM variants on a Hopper GPU (``megamoe.experts.split_k``; docs/contract.md s5, s8, s9).
 
 - Decode-size batches (one row of one expert, one row in each of many experts, rows across
   a 64-row tile edge) in every split-K variant of every MX format, with DeepSeek's FC2

@@ -1,4 +1,4 @@
-"""Staging under CUDA graphs (CONTRACTS s2, s3, s9): capture once at capacity, replay
+"""Staging under CUDA graphs (docs/contract.md s2, s3, s9): capture once at capacity, replay
 through changed, shrunk (T -> 0), masked, bad and restored contents; every replay is
 bitwise equal to the eager result and to the oracle; no stale route survives a shrink;
 bad routes give NaN rows and the status word, read by ``check_errors``; compiling during
@@ -66,6 +66,7 @@ GRAPH_CASES = [
 ]
 
 
+@pytest.mark.contract("s3.tail-rows-emptied", "s9.replay-equals-eager")
 @pytest.mark.parametrize(("fmt", "path"), GRAPH_CASES)
 def test_graph_replays_match_eager_and_oracle(cuda_device, fmt, path):
     dev = cuda_device
@@ -131,6 +132,7 @@ def test_graph_replays_match_eager_and_oracle(cuda_device, fmt, path):
     assert len(PHASES) >= 17
 
 
+@pytest.mark.contract("s2.route-error-graph")
 @pytest.mark.parametrize("path", ["kernel", "torch"])
 def test_graph_bad_route_marks_nan_row_and_status_word(cuda_device, path):
     dev = cuda_device
@@ -174,6 +176,7 @@ def test_graph_bad_route_marks_nan_row_and_status_word(cuda_device, path):
     assert not torch.isnan(ws.scores).any()
 
 
+@pytest.mark.contract("s9.warmup-before-capture")
 def test_compile_during_capture_is_an_error(cuda_device):
     dev = cuda_device
     gen = torch.Generator().manual_seed(13)

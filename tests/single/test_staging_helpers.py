@@ -1,7 +1,7 @@
 """Shared helpers of the staging tests (host, property and single tiers).
 
 Inputs (routes with masks, NaN/Inf behind masked slots, strided/offset views), the
-oracle's expected bytes for a staging call (CONTRACTS s3-s4) and the checks:
+oracle's expected bytes for a staging call (docs/contract.md s3-s4) and the checks:
 workspace regions vs oracle, guard bytes outside the regions, caller tensors unchanged.
 The expected bytes come only from ``oracle/``, never from ``megamoe``.
 """
@@ -122,7 +122,7 @@ def make_hidden(gen: torch.Generator, t: int, h: int, *, regime: str = "normal",
 @dataclass(frozen=True)
 class Expected:
     """The oracle's bytes for one staging call: full ids/scores [C, K]; payload/scales rows
-    [0, T) (rows [T, C) of the activation regions are unspecified, CONTRACTS s3)."""
+    [0, T) (rows [T, C) of the activation regions are unspecified, docs/contract.md s3)."""
 
     ids: torch.Tensor
     scores: torch.Tensor

@@ -1,4 +1,4 @@
-"""Staging kernel A on the GPU (CONTRACTS s2-s3): route staging fused with the value
+"""Staging kernel A on the GPU (docs/contract.md s2-s3): route staging fused with the value
 checks and the activation copy (bf16 and prequantized MXFP8 / NVFP4), bitwise equal to
 the oracle; guard bytes; caller tensors untouched; eager RouteError; Torch fallbacks."""
 
@@ -63,6 +63,7 @@ def _ws(fmt, c, k, h, dev, id_dtype, score_dtype):
     return ws
 
 
+@pytest.mark.contract("s1.hidden-formats", "s1.route-dtypes-and-layouts", "s2.masked-any-score", "s3.live-rows-staged", "s3.no-stray-writes", "s3.payload-bytes", "s4.mx-special-blocks", "s4.nvfp4", "s8.bitwise-stages")
 @given(
     fmt=st.sampled_from(KERNEL_FORMATS),
     h=st.sampled_from(HIDDEN),
@@ -104,6 +105,7 @@ def test_kernel_matches_oracle_bitwise(cuda_device, fmt, h, c, t_frac, k, e, id_
     assert unchanged(before, hidden, ids, w, scales)
 
 
+@pytest.mark.contract("s3.tail-rows-emptied")
 def test_kernel_rewrites_capacity_tail_every_call(cuda_device):
     gen = torch.Generator().manual_seed(1)
     fmt = StageFormat("bf16")
@@ -115,6 +117,7 @@ def test_kernel_rewrites_capacity_tail_every_call(cuda_device):
         assert mismatches(ws, oracle_stage(fmt, x, ids, w, 300), t) == []
 
 
+@pytest.mark.contract("s1.hidden-formats")
 def test_prequant_padded_scale_columns_are_zeroed(cuda_device):
     gen = torch.Generator().manual_seed(2)
     fmt = StageFormat("mxfp8_prequant", "e4m3")
@@ -155,6 +158,7 @@ def _bad_routes(gen, t, k, e, kind, id_dtype, score_dtype, dev):
     return ids.to(id_dtype).to(dev), w.to(score_dtype).to(dev)
 
 
+@pytest.mark.contract("s2.active-slot-rules", "s2.caller-dtype-checks", "s2.route-error-eager", "s3.no-stray-writes")
 @pytest.mark.parametrize("kind", BAD_KINDS)
 @pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("score_dtype", [torch.bfloat16, torch.float64])
@@ -187,6 +191,7 @@ def test_kernel_route_error_equals_torch_path_and_oracle(cuda_device, kind, id_d
         assert torch.equal(a, b)
 
 
+@pytest.mark.contract("s2.check-routes-switch", "s3.live-rows-staged", "s3.nan-score-canonical")
 def test_checks_off_kernel_stages_without_error(cuda_device, monkeypatch):
     gen = torch.Generator().manual_seed(4)
     monkeypatch.setenv(ENV_VAR, "0")
@@ -203,6 +208,7 @@ def test_checks_off_kernel_stages_without_error(cuda_device, monkeypatch):
     assert torch.equal(ws.ids[:t], ids.to(torch.int32))
 
 
+@pytest.mark.contract("s3.fused-equals-fallback")
 @pytest.mark.parametrize("fmt", [StageFormat("bf16"), *QUANT_FORMATS], ids=lambda f: f.key)
 def test_non_contiguous_hidden_takes_the_torch_path_and_matches(cuda_device, fmt):
     gen = torch.Generator().manual_seed(6)
@@ -223,6 +229,7 @@ QUANT_REGIMES = [
 ]
 
 
+@pytest.mark.contract("s3.fused-equals-fallback", "s3.payload-bytes", "s4.element-casts", "s4.mx-special-blocks", "s4.mxfp8-floor", "s4.mxfp8-rceil", "s4.safe-fp8")
 @pytest.mark.parametrize(("fmt", "regime"), QUANT_REGIMES)
 def test_quantizing_kernel_equals_torch_path_and_oracle(cuda_device, fmt, regime):
     gen = torch.Generator().manual_seed(7)
@@ -244,6 +251,7 @@ def test_quantizing_kernel_equals_torch_path_and_oracle(cuda_device, fmt, regime
         assert torch.equal(a, b)  # bytes: NaN payloads included
 
 
+@pytest.mark.contract("s3.payload-bytes", "s4.element-casts", "s4.mxfp8-floor", "s4.mxfp8-rceil", "s4.nvfp4", "s4.safe-fp8")
 def test_quantizing_kernels_sweep_every_bf16_value(cuda_device):
     """Every positive and negative finite bf16 value appears in some block / row, with
     amaxes across the whole exponent range: kernel bytes == oracle bytes."""
@@ -268,6 +276,7 @@ def test_quantizing_kernels_sweep_every_bf16_value(cuda_device):
                 fmt.key, g)
 
 
+@pytest.mark.contract("s4.safe-fp8-row-rule")
 def test_safe_fp8_kernel_non_finite_row_equals_torch_path(cuda_device):
     gen = torch.Generator().manual_seed(9)
     fmt = StageFormat("safe_fp8")
@@ -289,6 +298,7 @@ def test_safe_fp8_kernel_non_finite_row_equals_torch_path(cuda_device):
         assert torch.equal(a, b)
 
 
+@pytest.mark.contract("s3.nan-score-canonical")
 @pytest.mark.parametrize("score_dtype", SCORE_DTYPES)
 @pytest.mark.parametrize("check", [True, False])
 def test_nan_scores_are_staged_as_the_canonical_nan(cuda_device, monkeypatch, score_dtype,

@@ -72,6 +72,7 @@ def test_bad_input_raises_value_error_naming_argument_and_rule(what, call, argum
     assert "expected" in message and "got" in message, message
 
 
+@pytest.mark.contract("s3.no-stray-writes")
 def test_quantizers_never_modify_the_caller_tensor() -> None:
     x = torch.randn(4, 64) * 100
     x[0, 0] = float("nan")

@@ -1,4 +1,4 @@
-"""Element casts agree with ml_dtypes exhaustively (CONTRACTS s4: RNE, saturation, NaN).
+"""Element casts agree with ml_dtypes exhaustively (docs/contract.md s4: RNE, saturation, NaN).
 
 ml_dtypes rounds to nearest even but does not saturate (E4M3 overflow -> NaN,
 E5M2 overflow -> Inf) and keeps the sign of E2M1 zero, so the reference is
@@ -36,6 +36,7 @@ def _all_16bit(dtype: torch.dtype) -> torch.Tensor:
     return torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
 
 
+@pytest.mark.contract("s4.element-casts")
 @pytest.mark.parametrize(("fmt", "cast", "np_dtype", "fmax", "nan_byte"), CASES)
 @pytest.mark.parametrize("src", [torch.bfloat16, torch.float16])
 def test_cast_matches_ml_dtypes_on_every_16bit_input(fmt, cast, np_dtype, fmax, nan_byte, src) -> None:
@@ -70,6 +71,7 @@ def test_e5m2_infinity_saturates() -> None:
     assert F.e2m1_encode(x).tolist() == [7, 15]
 
 
+@pytest.mark.contract("s4.element-casts")
 def test_nan_gets_the_canonical_byte_whatever_its_sign() -> None:
     nans = torch.tensor([0x7FC00000, 0xFFC00000 - 2**32, 0x7F800001], dtype=torch.int32).view(torch.float32)
     assert F.cast_e4m3(nans).view(torch.uint8).tolist() == [0x7F] * 3

@@ -1,4 +1,4 @@
-"""The oracle's formats reproduce the golden byte vectors bit for bit (CONTRACTS s4).
+"""The oracle's formats reproduce the golden byte vectors bit for bit (docs/contract.md s4).
 
 The vectors come from fixtures/make_golden.py (exact rational arithmetic; it
 never imports the oracle). Each test names the rule whose bytes it pins.
@@ -35,6 +35,7 @@ def test_golden_files_are_what_the_generator_writes() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.contract("s4.element-casts")
 @pytest.mark.parametrize(
     ("fmt", "cast"), [("e4m3", F.cast_e4m3), ("e5m2", F.cast_e5m2), ("e2m1", F.e2m1_encode)]
 )
@@ -49,36 +50,43 @@ def test_golden_casts_cover_every_tie_and_boundary() -> None:
     assert sum(c[0] == "tie" for c in load("casts.json")["e4m3"]) == 2 * 126
 
 
+@pytest.mark.contract("s4.e8m0")
 def test_e8m0_decode_all_256_bytes() -> None:
     assert len(load("e8m0.json")["cases"]) == 256
     assert check_e8m0(F.e8m0_decode) == []
 
 
+@pytest.mark.contract("s4.e8m0")
 def test_e8m0_encode_inverts_decode_on_all_finite_bytes() -> None:
     b = torch.arange(255, dtype=torch.uint8)
     exps = torch.arange(-127, 128, dtype=torch.int32)
     assert torch.equal(F.e8m0_encode(exps), b)
 
 
+@pytest.mark.contract("s4.mx-special-blocks", "s4.mxfp8-floor", "s4.mxfp8-rceil")
 @pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
 def test_mxfp8_golden_blocks(elem) -> None:
     assert check_mx("mxfp8.json", elem, lambda x, mode: F.quantize_mxfp8(x, elem, mode)) == []
 
 
+@pytest.mark.contract("s4.mxfp4")
 def test_mxfp4_golden_blocks() -> None:
     assert check_mx("mxfp4.json", "cases", lambda x, mode: F.quantize_mxfp4(x, mode)) == []
 
 
+@pytest.mark.contract("s4.nvfp4")
 def test_nvfp4_golden_blocks() -> None:
     assert check_nvfp4(lambda x, g: F.quantize_nvfp4(x, g)) == []
 
 
+@pytest.mark.contract("s4.safe-fp8")
 def test_safe_fp8_golden_rows_both_paths_and_zero() -> None:
     paths = {c["path"] for c in load("safe_fp8.json")["cases"]}
     assert paths == {"zero", "tiny", "normal"}
     assert check_safe_fp8(F.safe_fp8_quantize) == []
 
 
+@pytest.mark.contract("s4.safe-fp8")
 def test_safe_fp8_tiny_rows_keep_information() -> None:
     """1e-35 rows go through the tiny path and keep a non-zero payload."""
     x = torch.full((1, 8), 1e-35) * torch.linspace(-1, 1, 8)
@@ -88,8 +96,9 @@ def test_safe_fp8_tiny_rows_keep_information() -> None:
     assert torch.allclose(back, x, rtol=0.07, atol=0)
 
 
+@pytest.mark.contract("s4.mx-special-blocks")
 def test_mx_tiny_block_keeps_information() -> None:
-    """CONTRACTS s4: an amax of 1e-36 still yields non-zero payload."""
+    """docs/contract.md s4: an amax of 1e-36 still yields non-zero payload."""
     x = torch.full((1, 32), 1e-36)
     for elem in ("e4m3", "e5m2"):
         for mode in ("rceil", "floor"):
@@ -121,6 +130,7 @@ def test_mxfp8_dequantize_golden(elem, np_dtype, t_dtype) -> None:
         np.testing.assert_array_equal(got, exp, err_msg=c["name"])
 
 
+@pytest.mark.contract("s4.nvfp4")
 def test_nvfp4_dequantize_golden() -> None:
     e2m1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
     for c in load("nvfp4.json")["cases"]:

@@ -1,7 +1,8 @@
-"""FP4 nibble packing, scale-column padding, E8M0 encode and the 4-lane wire scale (CONTRACTS s4)."""
+"""FP4 nibble packing, scale-column padding, E8M0 encode and the 4-lane wire scale (docs/contract.md s4)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from oracle import formats as F
@@ -42,12 +43,14 @@ def test_dequantizers_ignore_padded_scale_columns() -> None:
     assert torch.equal(F.dequantize_mxfp4(packed, padded4), F.dequantize_mxfp4(packed, scale4))
 
 
+@pytest.mark.contract("s4.e8m0")
 def test_e8m0_encode_bytes() -> None:
     e = torch.tensor([-127, -1, 0, 1, 127])
     assert F.e8m0_encode(e).tolist() == [0, 126, 127, 128, 254]
     assert F.E8M0_NAN == 0xFF
 
 
+@pytest.mark.contract("s4.safe-fp8")
 def test_safe_fp8_scale_wire_is_four_equal_lanes() -> None:
     d = torch.tensor([1e-30, 0.5, 3.0])
     wire = F.safe_fp8_scale_wire(d)

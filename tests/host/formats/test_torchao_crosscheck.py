@@ -1,4 +1,4 @@
-"""Byte-for-byte cross-check against torchao 0.18 (an independent implementation), CONTRACTS s4.
+"""Byte-for-byte cross-check against torchao 0.18 (an independent implementation), docs/contract.md s4.
 
 On finite inputs the oracle and torchao's ``to_mx`` (RCEIL / FLOOR) and
 ``nvfp4_quantize`` agree on every byte except in three places, each pinned by
@@ -83,6 +83,7 @@ def _explain_mx_block(xb, elem, mode, ours_s, ref_s, ref_p) -> str | None:
     return None
 
 
+@pytest.mark.contract("s4.torchao-crosscheck")
 @pytest.mark.parametrize("mode", ["rceil", "floor"])
 @pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
 def test_mxfp8_matches_torchao_except_explained_blocks(elem, mode) -> None:
@@ -109,6 +110,7 @@ def test_mxfp8_matches_torchao_except_explained_blocks(elem, mode) -> None:
         assert classes.get("B", 0) > 0  # the boundary blocks hit the log2 artifact
 
 
+@pytest.mark.contract("s4.mx-special-blocks", "s4.torchao-crosscheck")
 def test_class_a_contract_keeps_tiny_blocks_torchao_flushes_them() -> None:
     x = torch.full((1, 32), 1e-38)
     for mode in ("rceil", "floor"):
@@ -121,6 +123,7 @@ def test_class_a_contract_keeps_tiny_blocks_torchao_flushes_them() -> None:
             assert p_ref.eq(0).all()  # torchao: x * 1.0 rounds to zero in E4M3
 
 
+@pytest.mark.contract("s4.mxfp8-rceil", "s4.torchao-crosscheck")
 def test_class_b_contract_exponent_is_the_exact_ceil_and_never_saturates() -> None:
     amax = torch.nextafter(torch.tensor(448.0 * 2.0**100), torch.tensor(float("inf")))
     x = torch.zeros(1, 32)
@@ -149,6 +152,7 @@ def _clear_e2m1_zero_sign(packed: torch.Tensor) -> torch.Tensor:
     return (lo | (hi << 4)).to(torch.uint8)
 
 
+@pytest.mark.contract("s4.mxfp4")
 @pytest.mark.parametrize("mode", ["rceil", "floor"])
 def test_mxfp4_matches_torchao_except_explained_blocks(mode) -> None:
     x = torch.cat([_random_blocks(2), _boundary_blocks(6.0).reshape(-1, 256)])
