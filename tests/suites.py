@@ -156,6 +156,14 @@ SUITES: dict[str, Suite] = {
             module="sanitizers",
         ),
         Suite(
+            "mutants",
+            "mutation testing: each patch of tests/mutants (a planted bug) applied to a scratch "
+            "copy must fail the tests covering what it touches: ./run_tests.sh mutants [DIR] "
+            "[--tiers host,property,single]",
+            paths=("tests/mutants",),
+            module="tests.harness.mutants",
+        ),
+        Suite(
             "bench",
             "benchmarks (not tests): ./run_tests.sh bench <name> [--quick]",
             module="megamoe.bench",

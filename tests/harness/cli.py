@@ -7,11 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.harness.mutants import TIER_DIRS
 from tests.harness.shard import parse_shard
 from tests.harness.worlds import BACKENDS, MODES, WORLD_SIZES
 from tests.suites import SANITIZER_TOOLS
 
-SUITE_CHOICES = ("host", "single", "multi", "sanitize", "gpu", "all")
+MUTANT_TIERS = tuple(TIER_DIRS)
+
+SUITE_CHOICES = ("host", "single", "multi", "sanitize", "gpu", "all", "mutants")
 """``gpu``: what a kernel change needs on one GPU (the ledger's records): ``single``, then
 the four sanitizer tools at once; ``all``: ``host``, ``single``, ``multi``, then the tools."""
 SHARDED_SUITES = ("single",)
@@ -35,6 +38,10 @@ class QualifyArgs:
     """``I/N``: only shard I of N of the suite's tests (``tests.harness.shard``)."""
     backend: str | None = None
     """``--backend`` of the multi suite's world, or None: the mode's first."""
+    mutants: Path | None = None
+    """``--mutants DIR``: the catalog of ``--suite mutants`` (default ``tests/mutants``)."""
+    mutant_tiers: tuple[str, ...] = ("host",)
+    """``--mutant-tiers``: the tiers whose tests judge each mutant."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -50,6 +57,8 @@ class QualifyArgs:
             "workers": self.workers,
             "shard": self.shard,
             "backend": self.backend,
+            "mutants": str(self.mutants) if self.mutants else None,
+            "mutant_tiers": list(self.mutant_tiers),
         }
 
 
@@ -86,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--shard", metavar="I/N",
                     help=f"{' or '.join(SHARDED_SUITES)}: run shard I of N of the tests (the ledger "
                     "needs passing records of all N shards; tests.harness.shard)")
+    ap.add_argument("--mutants", type=Path, metavar="DIR",
+                    help="--suite mutants: a folder of patches, each one planted bug (default "
+                    "tests/mutants); each is applied to a scratch copy and the tests covering "
+                    "the files it touches must fail (tests.harness.mutants)")
+    ap.add_argument("--mutant-tiers", default="host", metavar="T[,T]",
+                    help="--suite mutants: the tiers that judge each mutant (host, property, "
+                    "single; single needs a GPU; default host)")
     ap.add_argument("--check-ledger", action="store_true",
                     help="CI gate: kernel sources must have a passing committed GPU record")
     return ap
@@ -117,6 +133,13 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
     if ns.backend is not None and ns.mode is not None and ns.backend not in BACKENDS[ns.mode]:
         ap.error(f"--backend {ns.backend} cannot serve --mode {ns.mode} (it takes "
                  f"{', '.join(BACKENDS[ns.mode])})")
+    tiers = tuple(t for t in ns.mutant_tiers.split(",") if t)
+    bad_tiers = [t for t in tiers if t not in MUTANT_TIERS]
+    if bad_tiers or not tiers:
+        ap.error(f"--mutant-tiers: expected some of {', '.join(MUTANT_TIERS)}, got "
+                 f"{ns.mutant_tiers!r}")
+    if ns.mutants is not None and ns.suite != "mutants":
+        ap.error(f"--mutants: only for --suite mutants, got --suite {ns.suite}")
     return QualifyArgs(ns.suite, ns.output_dir, ns.world_size, ns.mode, ns.filter, ns.timeout,
                        ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers, shard,
-                       ns.backend)
+                       ns.backend, ns.mutants, tiers)

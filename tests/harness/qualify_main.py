@@ -22,6 +22,7 @@ from tests.harness.gpu_neighbours import NeighbourWatch
 from tests.harness.hashing import source_hashes
 from tests.harness.ledger import check_ledger
 from tests.harness.manifest import utc_now, write_record
+from tests.harness.mutants import GPU_TIERS
 from tests.harness.preflight import (
     GPU_SUITES,
     Check,
@@ -38,6 +39,7 @@ from tests.harness.suite_run import (
     RunContext,
     SuiteRun,
     run_multi,
+    run_mutants,
     run_pytest_suite,
     run_sanitize,
 )
@@ -99,6 +101,8 @@ def preflight(args: QualifyArgs, plan: Sequence[tuple[str, str | None]],
     multi = bool(names & {"multi", MULTI_SANITIZE})
     for name in sorted(names & set(GPU_SUITES) - {"multi"}):
         checks.append(check_gpus(name, gpus, 1))
+    if "mutants" in names and set(args.mutant_tiers) & set(GPU_TIERS):
+        checks.append(check_gpus("mutants (tier single)", gpus, 1))
     if multi:
         checks.append(check_world(args.mode, args.backend, args.world_size, gpus))
     if MULTI_SANITIZE in names and args.mode == "cpu":
@@ -131,6 +135,8 @@ def run_one(name: str, tool: str | None, ctx: RunContext, suites: Mapping[str, S
         return run_sanitize(coverage[str(tool)], ctx, str(find_compute_sanitizer()))
     if name == "multi":
         return run_multi(suites[name], ctx)
+    if name == "mutants":
+        return run_mutants(ctx)
     if name == MULTI_SANITIZE:
         from sanitizers.wrapper import find_compute_sanitizer
 
@@ -188,7 +194,7 @@ def main(
         return EXIT_PREFLIGHT
     ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size,
                      args.mode or "", neighbour_watch, args.workers, args.shard,
-                     args.backend or "")
+                     args.backend or "", args.mutants, args.mutant_tiers)
     with terminate_groups_on_signals():
         runs = execute(plan, lambda name, tool: run_one(name, tool, ctx, suites, coverage))
     status = overall_status(runs)

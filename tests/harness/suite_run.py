@@ -58,6 +58,9 @@ class RunContext:
     """``--shard I/N``: the pytest runs load ``shard_plugin`` and keep shard I of N."""
     backend: str = ""
     """The multi suite's world backend (``tests.harness.worlds``)."""
+    mutants: Path | None = None
+    """The mutants suite's catalog (None: ``tests/mutants``)."""
+    mutant_tiers: tuple[str, ...] = ("host",)
 
 
 @dataclass(frozen=True)
@@ -386,6 +389,29 @@ def run_multi(suite: Suite, ctx: RunContext,
                     (tuple(cmd),), total.as_dict() if total else None,
                     tuple(rk["junit"] for rk in ranks if rk["junit"]), (_rel(ctx, log),),
                     details)
+
+
+def run_mutants(ctx: RunContext) -> SuiteRun:
+    """The mutants suite (``tests.harness.mutants``): every patch of the catalog against the
+    tests that cover it; passes when every mutant that ran was killed. ``--timeout`` bounds
+    each mutant."""
+    from tests.harness.mutants import CATALOG, run_catalog
+
+    catalog = ctx.mutants if ctx.mutants is not None else ctx.root / CATALOG.relative_to(
+        CATALOG.parents[1])
+    t0 = time.monotonic()
+    run = run_catalog(catalog, root=ctx.root, python=ctx.python, tiers=ctx.mutant_tiers,
+                      timeout_s=ctx.timeout, out_dir=ctx.out_dir / "mutants")
+    ran = [r for r in run.results if r.verdict != "not run"]
+    counts = {"tests": len(ran), "passed": sum(r.verdict == "killed" for r in ran),
+              "failed": len(ran) - sum(r.verdict == "killed" for r in ran), "errors": 0,
+              "skipped": 0, "skipped_ids": [], "failed_ids": [
+                  f"{r.name} ({r.verdict}: {r.detail})" for r in ran if r.verdict != "killed"]}
+    return SuiteRun("mutants", run.status, run.message, round(time.monotonic() - t0, 3),
+                    0 if run.status == STATUS_PASS else 1, False, (), counts, (),
+                    tuple(_rel(ctx, Path(r.log)) for r in run.results if r.log),
+                    {"catalog": str(catalog), "tiers": list(ctx.mutant_tiers),
+                     "mutants": [r.as_dict() for r in run.results], "verdicts": run.counts})
 
 
 def run_sanitize(coverage: SanitizerCoverage, ctx: RunContext, exe: str) -> SuiteRun:
