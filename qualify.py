@@ -23,14 +23,22 @@ def _ensure_environment() -> None:
         return
     python = subprocess.check_output(["bash", str(ROOT / "run_tests.sh"), "--python"], text=True)
     python = python.strip().splitlines()[-1]
+    if "/" in python and not os.path.isabs(python):  # run_tests.sh answers from ROOT
+        python = str(ROOT / python)
     os.environ["MEGAMOE_ENV_READY"] = "1"
     # MEGAMOE_PYTHON may name an interpreter on PATH (e.g. python3 on the GPU machine).
     os.execvp(python, [python, str(Path(__file__).resolve()), *sys.argv[1:]])
 
 
-if __name__ == "__main__":
+def main() -> int:
+    """``python3 qualify.py ...`` and the ``megamoe-qualify`` console script (an editable
+    install: the qualification needs this tree's tests)."""
     _ensure_environment()
     sys.path.insert(0, str(ROOT))
-    from tests.harness.qualify_main import main
+    from tests.harness.qualify_main import main as qualify
 
-    sys.exit(main(sys.argv[1:]))
+    return qualify(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

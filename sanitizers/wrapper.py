@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -262,11 +262,13 @@ def run_tool(
     keyword: str | None = None,
     case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
     deadline: float | None = None,
+    on_case: Callable[[CaseResult, int, int], None] | None = None,
 ) -> ToolRun:
     """Planted case first (must be caught), then every declared case (must be clean).
 
     ``deadline`` is a ``time.monotonic()`` instant bounding the whole tool run;
-    a case that would outlive it is cut short and the run is a ``timeout``.
+    a case that would outlive it is cut short and the run is a ``timeout``. ``on_case(result,
+    done, total)`` is called as each case finishes (progress for the caller).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     tool = coverage.tool
@@ -285,6 +287,8 @@ def run_tool(
         result = run_case(tool, node_id, expect, exe=exe, python=python, root=root,
                           out_dir=out_dir, timeout_s=budget, expect_report=report)
         results.append(result)
+        if on_case is not None:
+            on_case(result, len(results), len(plan))
         if result.timed_out and deadline is not None and time.monotonic() >= deadline:
             return ToolRun(tool, "timeout", f"{tool}: suite timeout in {node_id}", tuple(results))
     return ToolRun(tool, *tool_verdict(tool, results), tuple(results))

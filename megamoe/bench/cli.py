@@ -31,17 +31,25 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--list", action="store_true", help="list the registered benchmarks")
     ap.add_argument("--quick", action="store_true", help="short run: quick cases, fewer pairs, smaller ceilings")
     ap.add_argument("--output-dir", type=Path, help="folder for the JSON, Markdown and PNG files")
-    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    ap.add_argument("--rounds", type=int)
-    ap.add_argument("--pairs", type=int)
-    ap.add_argument("--warmup", type=int)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="where to time: CUDA events on the GPU (default) or the host clock")
+    ap.add_argument("--rounds", type=int,
+                    help="AB/BA rounds per comparison (default: the protocol's, fewer with "
+                    "--quick)")
+    ap.add_argument("--pairs", type=int, help="AB or BA pairs per round")
+    ap.add_argument("--warmup", type=int, help="untimed calls of each arm before timing")
     ap.add_argument("--calls", type=int, help="calls per timed sample")
     ap.add_argument("--no-graph", action="store_true", help="time an eager loop instead of a CUDA graph")
-    ap.add_argument("--cache", choices=(*CACHE_MODES, "both"), default="both")
+    ap.add_argument("--cache", choices=(*CACHE_MODES, "both"), default="both",
+                    help="time with the L2 cache flushed before every sample (cold), not "
+                    "flushed (warm), or both (default)")
     ap.add_argument("--no-control", action="store_true", help="skip the A/A control")
     ap.add_argument("--resolution", type=float, help="A/A control resolution (fraction)")
-    ap.add_argument("--emulated-ranks", type=int, help="P logical ranks on this device")
-    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--emulated-ranks", type=int,
+                    help="P logical ranks driven by this one process on this device (under "
+                    "torchrun every process is one rank of an EP world instead)")
+    ap.add_argument("--no-plots", action="store_true",
+                    help="write the JSON and Markdown report only")
     ap.add_argument(
         "--case", action="append", default=[], metavar="GLOB",
         help="run only the cases whose name matches GLOB (shell-style; repeatable)",

@@ -68,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run suites strictly (no skips, no empty runs) and write an auditable "
         "record; or check the committed ledger (--check-ledger).",
     )
-    ap.add_argument("--suite", choices=SUITE_CHOICES)
+    ap.add_argument("--suite", choices=SUITE_CHOICES,
+                    help="host (CPU tier), single (one GPU), multi (an EP world), sanitize (one "
+                    "compute-sanitizer tool), gpu (single, then the four tools), all, or "
+                    "mutants (planted bugs against the tests that cover them)")
     ap.add_argument("--output-dir", type=Path, help="where logs, JUnit XML and the record go")
     ap.add_argument("--world-size", type=int, choices=WORLD_SIZES, default=2,
                     help="ranks for --suite multi")

@@ -7,8 +7,9 @@ timeout | preflight-failed), ``preflight`` (checks with reasons), ``suites``
 paths relative to the output directory, and suite-specific details:
 ranks, sanitizer cases), ``environment`` (GPUs, driver, versions), ``git``
 and ``source_hashes`` (``kernel``/``oracle``/``tests``: digest + per-file
-SHA-256; see ``hashing``). ``suggested_record_name`` is the file name to
-commit it under in ``docs/qualification/``.
+SHA-256; see ``hashing``), ``filtered`` (a ``--filter`` run: part of a suite).
+``suggested_record_name`` is the file name to commit it under in ``docs/qualification/``;
+the summary says to commit only a passing, unfiltered run (``committable``).
 """
 
 from __future__ import annotations
@@ -42,8 +43,22 @@ def record_name(record: dict) -> str:
     return f"{stamp}_{suites}_{digest}.json"
 
 
+def committable(record: dict) -> str:
+    """'' when the record is one to commit under docs/qualification, else why not: a refused,
+    failed or timed-out run, or a filtered one (``--filter`` covers part of a suite, so the
+    ledger never counts it)."""
+    args = record.get("arguments", {})
+    if args.get("filter"):
+        return (f"a filtered run (--filter {args['filter']!r}) covers part of its suite: not a "
+                "record to commit")
+    if record.get("status") != "pass":
+        return f"status {record.get('status')}: not a record to commit"
+    return ""
+
+
 def write_record(out_dir: Path, record: dict) -> Path:
     record = {"schema": SCHEMA_VERSION, "kind": RECORD_KIND, **record}
+    record["filtered"] = bool(record.get("arguments", {}).get("filter"))
     record["suggested_record_name"] = record_name(record)
     path = out_dir / RECORD_FILE
     path.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
@@ -87,5 +102,7 @@ def summary_markdown(record: dict) -> str:
         lines.append("")
         lines += [f"- {s['message']}" for s in record["suites"]]
         lines.append("")
-    lines.append(f"Commit as `docs/qualification/{record.get('suggested_record_name')}`.")
+    why_not = committable(record)
+    lines.append(why_not[0].upper() + why_not[1:] + "." if why_not else
+                 f"Commit as `docs/qualification/{record.get('suggested_record_name')}`.")
     return "\n".join(lines) + "\n"

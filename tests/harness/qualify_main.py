@@ -21,7 +21,7 @@ from tests.harness.environment import collect_environment, git_info
 from tests.harness.gpu_neighbours import NeighbourWatch
 from tests.harness.hashing import source_hashes
 from tests.harness.ledger import check_ledger
-from tests.harness.manifest import utc_now, write_record
+from tests.harness.manifest import committable, utc_now, write_record
 from tests.harness.mutants import GPU_TIERS
 from tests.harness.preflight import (
     GPU_SUITES,
@@ -78,10 +78,14 @@ def execute(plan: Sequence[tuple[str, str | None]],
         while j < len(plan) and plan[j][0] == "sanitize":
             j += 1
         if j - i > 1:
+            print(f"qualify.py: sanitize ({', '.join(str(t) for _, t in plan[i:j])}) started",
+                  flush=True)
             with ThreadPoolExecutor(max_workers=j - i) as pool:
                 batch = list(pool.map(lambda step: run(*step), plan[i:j]))
             i = j
         else:
+            name, tool = plan[i]
+            print(f"qualify.py: {name}{f' ({tool})' if tool else ''} started", flush=True)
             batch = [run(*plan[i])]
             i += 1
         for r in batch:
@@ -198,9 +202,12 @@ def main(
     with terminate_groups_on_signals():
         runs = execute(plan, lambda name, tool: run_one(name, tool, ctx, suites, coverage))
     status = overall_status(runs)
-    path = write_record(out, {**record, "status": status, "finished_at": utc_now(),
-                              "suites": [r.as_dict() for r in runs]})
-    print(f"qualify.py: {status}; record {path}; summary {path.parent / 'summary.md'}")
+    final = {**record, "status": status, "finished_at": utc_now(),
+             "suites": [r.as_dict() for r in runs]}
+    path = write_record(out, final)
+    why_not = committable(final)
+    print(f"qualify.py: {status}; record {path}; summary {path.parent / 'summary.md'}"
+          + (f" ({why_not})" if why_not else ""))
     if status == STATUS_TIMEOUT:
         return TIMEOUT_EXIT
     return 0 if status == STATUS_PASS else 1

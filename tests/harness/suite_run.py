@@ -421,8 +421,12 @@ def run_sanitize(coverage: SanitizerCoverage, ctx: RunContext, exe: str) -> Suit
     t0 = time.monotonic()
     deadline = t0 + ctx.timeout if ctx.timeout else None
     tool_dir = ctx.out_dir / f"sanitize-{coverage.tool}"
+    def progress(case, done: int, total: int) -> None:  # type: ignore[no-untyped-def]
+        print(f"qualify.py: sanitize {coverage.tool} {done}/{total}: "
+              f"{'ok  ' if case.ok else 'FAIL'} {case.case} ({case.reason})", flush=True)
+
     run = run_tool(coverage, exe=exe, python=ctx.python, root=ctx.root, out_dir=tool_dir,
-                   keyword=ctx.filter, deadline=deadline)
+                   keyword=ctx.filter, deadline=deadline, on_case=progress)
     junit = ctx.out_dir / f"sanitize-{coverage.tool}.junit.xml"
     write_junit(run, junit)
     counts = parse_junit(junit)
