@@ -1,5 +1,5 @@
 """docs/perf.md's "Where the layer stands" tables are what ``devtools.standing`` prints for
-the records that section names (issue 7's benchmark table): the command in the section's
+the records that section names: the command in the section's
 code block, run here on the committed records, must give the three tables the section
 shows, cell for cell. A table edited by hand, a record left out of the command, or a
 record changed under the tables fails this test."""
@@ -15,14 +15,14 @@ from devtools import standing
 
 ROOT = Path(__file__).resolve().parents[2]
 PERF = ROOT / "docs" / "perf.md"
-SECTION = "### Where the layer stands (issue 7)"
+SECTION = "## Where the layer stands"
 COMMAND = "python -m devtools.standing"
 
 
 def _section(text: str) -> str:
-    """The standing section: from its heading to the next ``###`` heading."""
+    """The standing section: from its heading to the next ``##`` heading."""
     start = text.index(SECTION)
-    end = text.find("\n### ", start + len(SECTION))
+    end = text.find("\n## ", start + len(SECTION))
     return text[start:] if end < 0 else text[start:end]
 
 
