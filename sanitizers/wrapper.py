@@ -108,21 +108,19 @@ def find_compute_sanitizer() -> str | None:
 
 
 def sanitizer_command(
-    exe: str, tool: str, target: Sequence[str], *, leak_check: bool = False
+    exe: str, tool: str, target: Sequence[str], *, leak_check: bool = False,
+    error_exitcode: bool = True,
 ) -> list[str]:
-    """The compute-sanitizer command line wrapping ``target``."""
+    """The compute-sanitizer command line wrapping ``target``. ``error_exitcode=False``
+    leaves the exit code to the target (a rank under torchrun: a non-zero exit would make
+    torchrun stop every other rank before it writes its own summary; the runner reads each
+    rank's summary instead)."""
     if tool not in SANITIZER_TOOLS:
         raise ValueError(f"tool: expected one of {SANITIZER_TOOLS}, got {tool!r}")
-    cmd = [
-        exe,
-        "--tool",
-        tool,
-        "--error-exitcode",
-        str(SANITIZER_ERROR_EXITCODE),
-        "--target-processes",
-        "application-only",
-        *TOOL_OPTIONS.get(tool, ()),
-    ]
+    cmd = [exe, "--tool", tool]
+    if error_exitcode:
+        cmd += ["--error-exitcode", str(SANITIZER_ERROR_EXITCODE)]
+    cmd += ["--target-processes", "application-only", *TOOL_OPTIONS.get(tool, ())]
     if leak_check:
         if tool != "memcheck":
             raise ValueError(f"leak_check: only memcheck checks leaks, got tool {tool!r}")

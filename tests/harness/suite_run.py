@@ -260,7 +260,8 @@ def torchrun_command(suite: Suite, ctx: RunContext, junit_prefix: Path,
 
     tool, exe = sanitizer
     log = shlex.quote(f"{junit_prefix}.rank") + "$RANK" + shlex.quote(f".{tool}.log")
-    wrapped = sanitizer_command(exe, tool, ["--log-file", "@LOG@", *target])
+    wrapped = sanitizer_command(exe, tool, ["--log-file", "@LOG@", *target],
+                                error_exitcode=False)
     script = "exec " + shlex.join(wrapped).replace(shlex.quote("@LOG@"), log)
     return [*launcher, "--no-python", "sh", "-c", script]
 
