@@ -20,8 +20,11 @@ from oracle import formats as of
 from oracle.routing import find_route_violations
 from tests.single.test_staging_helpers import (
     LAYOUTS,
+    boundary_cases,
+    boundary_routes,
     fill_guards,
     guards_intact,
+    judge_boundary,
     layout,
     make_hidden,
     make_routes,
@@ -274,6 +277,26 @@ def test_checks_off_active_nan_scores_stage_as_the_oracles_canonical_nan(monkeyp
     assert torch.equal(ws.scores.view(torch.int32), exp.scores.view(torch.int32))
     assert int(ws.scores.view(torch.int32)[1, 0]) == 0x7FC00000
     assert int(ws.scores.view(torch.int32)[2, 1]) == 0x7FC00000
+
+
+@pytest.mark.contract("s2.caller-dtype-checks", "s2.active-slot-rules", "s3.live-rows-staged")
+@pytest.mark.parametrize(("id_dtype", "score_dtype", "value"),
+                         [c[1:] for c in boundary_cases()], ids=[c[0] for c in boundary_cases()])
+def test_torch_path_judges_every_boundary_value_on_the_callers_dtype(id_dtype, score_dtype,
+                                                                      value):
+    """docs/contract.md s2 at every boundary: each score dtype's largest finite value, the
+    first non-finite, float64 values finite there but not in float32 (valid: they stage as
+    +-inf), and int64 ids at the edges of int32 (out of range, never wrapped): the Torch path
+    raises the oracle's first violation or stages the oracle's bytes."""
+    ids, w = boundary_routes(id_dtype, score_dtype, value)
+    ws = StagingWorkspace.create(8, ids.shape[1], 64, StageFormat("bf16"), "cpu")
+    ws.check_routes = True
+    x = make_hidden(torch.Generator().manual_seed(1), ids.shape[0], 64)
+
+    def call(ws, ids, w):  # type: ignore[no-untyped-def]
+        return stage(ws, x, ids, w, num_experts=8, path="torch")
+
+    assert judge_boundary(call, ws, ids, w, 8) == []
 
 
 # ---------------------------------------------------------------- Torch path vs oracle

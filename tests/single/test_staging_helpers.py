@@ -210,3 +210,73 @@ def noncanonical_nans(dtype: torch.dtype) -> torch.Tensor:
         torch.float64: (torch.int64, [-1, 0x7FF0000000000001, 0x7FF8DEADBEEF0000]),
     }[dtype]
     return torch.tensor(bits[1], dtype=bits[0]).view(dtype)
+
+
+F32_MAX = float(torch.finfo(torch.float32).max)
+BOUNDARY_SCORES: dict[torch.dtype, tuple[float, ...]] = {
+    torch.float16: (65504.0, -65504.0, float("inf"), float("nan")),
+    torch.bfloat16: (float(torch.finfo(torch.bfloat16).max), float("-inf"), float("nan")),
+    torch.float32: (F32_MAX, -F32_MAX, 1e-45, float("inf"), float("nan")),
+    # finite in the caller's float64 but not in float32 (a valid route: it stages as +-inf),
+    # below float32's smallest subnormal (stages as a zero), and the first non-finite
+    torch.float64: (F32_MAX, 3.5e38, -1.7e308, 1e-50, float("inf"), float("nan")),
+}
+"""Per score dtype, active-slot scores at the edges of finiteness (docs/contract.md s2: value
+checks run on the caller's dtype, before any narrowing)."""
+BOUNDARY_IDS = (2**31 - 1, 2**31, 2**32 - 1, -(2**31), 2**32, -(2**32) - 1)
+"""int64 ids at the edges of int32: each out of range for a small E, never wrapped."""
+
+
+def boundary_cases() -> list[tuple[str, torch.dtype, torch.dtype, object]]:
+    """``(case id, id dtype, score dtype, planted value)`` for every boundary."""
+    cases = [(f"score-{str(dt).removeprefix('torch.')}-{v!r}", torch.int64, dt, v)
+             for dt, vals in BOUNDARY_SCORES.items() for v in vals]
+    cases += [(f"id-{i}", torch.int64, torch.float32, i) for i in BOUNDARY_IDS]
+    return cases
+
+
+def boundary_routes(id_dtype: torch.dtype, score_dtype: torch.dtype, value: object,
+                    t: int = 6, k: int = 3, e: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Valid routes with ``value`` planted at row 2, slot 1 (an active slot): an id when
+    ``value`` is an int, else a score."""
+    gen = torch.Generator().manual_seed(11)
+    ids, w = make_routes(gen, t, k, e, id_dtype=torch.int64, score_dtype=torch.float64,
+                         mask_frac=0.0)
+    if isinstance(value, int):
+        ids[2, 1] = value
+    else:
+        w[2, 1] = value
+    return ids.to(id_dtype), w.to(score_dtype)
+
+
+def judge_boundary(stage_call, ws, ids: torch.Tensor, w: torch.Tensor, num_experts: int
+                   ) -> list[str]:
+    """Stage the boundary routes through ``stage_call(ws, ids, w)`` and compare with the
+    oracle: the same first violation (row, slot, caller's id, rule) as a ``RouteError``, or,
+    for valid routes, the oracle's staged ids and score bits. Returns the differences."""
+    from megamoe import RouteError
+    from oracle.routing import find_route_violations
+
+    violations = find_route_violations(ids.cpu(), w.cpu(), num_experts)
+    try:
+        stage_call(ws, ids, w)
+        raised = None
+    except RouteError as err:
+        raised = err
+    if violations:
+        v = violations[0]
+        if raised is None:
+            return [f"no RouteError; the oracle finds {v}"]
+        got = (raised.row, raised.slot, raised.expert_id, raised.rule)
+        want = (v.row, v.slot, v.expert_id, v.rule)
+        return [] if got == want else [f"RouteError {got}, the oracle's first violation {want}"]
+    if raised is not None:
+        return [f"RouteError {raised} for routes the oracle accepts"]
+    exp_ids, exp_scores = stage_routes(ids.cpu(), w.cpu(), ws.capacity)
+    out = []
+    if not same_bytes(ws.ids.cpu(), exp_ids):
+        out.append("staged ids differ from the oracle's")
+    if not same_bytes(ws.scores.cpu(), exp_scores):
+        out.append(f"staged scores differ from the oracle's: {ws.scores[2].cpu().tolist()} vs "
+                   f"{exp_scores[2].tolist()}")
+    return out

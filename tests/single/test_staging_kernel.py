@@ -16,8 +16,11 @@ from oracle import formats as of
 from oracle.routing import find_route_violations
 from tests.single.test_staging_helpers import (
     LAYOUTS,
+    boundary_cases,
+    boundary_routes,
     fill_guards,
     guards_intact,
+    judge_boundary,
     layout,
     make_hidden,
     make_routes,
@@ -189,6 +192,25 @@ def test_kernel_route_error_equals_torch_path_and_oracle(cuda_device, kind, id_d
             first.row, first.slot, first.expert_id, first.rule)
     for a, b in zip(regions[0], regions[1], strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.contract("s2.caller-dtype-checks", "s2.active-slot-rules", "s3.live-rows-staged")
+@pytest.mark.parametrize(("id_dtype", "score_dtype", "value"),
+                         [c[1:] for c in boundary_cases()], ids=[c[0] for c in boundary_cases()])
+def test_kernel_judges_every_boundary_value_on_the_callers_dtype(cuda_device, id_dtype,
+                                                                 score_dtype, value):
+    """The staging kernel at every boundary of docs/contract.md s2 (the host test of the
+    Torch path has the same cases): the oracle's first violation, or the oracle's bytes."""
+    ids, w = boundary_routes(id_dtype, score_dtype, value)
+    ids, w = ids.to(cuda_device), w.to(cuda_device)
+    x = make_hidden(torch.Generator().manual_seed(1), ids.shape[0], 64, device=cuda_device)
+    ws = _ws(StageFormat("bf16"), 8, ids.shape[1], 64, cuda_device, id_dtype, score_dtype)
+
+    def call(ws, ids, w):  # type: ignore[no-untyped-def]
+        return stage(ws, x, ids, w, num_experts=8, path="kernel")
+
+    assert judge_boundary(call, ws, ids, w, 8) == []
+    assert ws.last_path == "kernel"
 
 
 @pytest.mark.contract("s2.check-routes-switch", "s3.live-rows-staged", "s3.nan-score-canonical")
