@@ -7,12 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.mutants import TIER_DIRS
+from tests.harness.mutants import TIERS as MUTANT_TIERS
 from tests.harness.shard import parse_shard
 from tests.harness.worlds import BACKENDS, MODES, WORLD_SIZES
 from tests.suites import SANITIZER_TOOLS
-
-MUTANT_TIERS = tuple(TIER_DIRS)
 
 SUITE_CHOICES = ("host", "single", "multi", "sanitize", "gpu", "all", "mutants")
 """``gpu``: what a kernel change needs on one GPU (the ledger's records): ``single``, then

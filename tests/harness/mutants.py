@@ -42,14 +42,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tests.harness.runner import TIMEOUT_EXIT, run_process
+from tests.suites import SUITES
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = ROOT / "tests" / "mutants"
-TIER_DIRS = {"host": "tests/host", "property": "tests/property", "single": "tests/single"}
-TIER_MARKS = {"host": "not gpu and not multirank and not sanitizer",
-              "property": "not gpu and not multirank and not sanitizer",
-              "single": "gpu and not multirank and not sanitizer"}
-GPU_TIERS = ("single",)
+TIERS = ("host", "property", "single")
+"""The suites of ``tests.suites.SUITES`` whose tests may judge a mutant: each tier's paths
+and marker expression are that suite's own."""
+GPU_TIERS = tuple(t for t in TIERS if SUITES[t].needs_gpu)
 PACKAGES = ("megamoe", "oracle", "fixtures", "sanitizers", "tests")
 IGNORED = (".git", ".venv", "out", "__pycache__", ".pytest_cache", ".hypothesis",
            ".ruff_cache", ".whl", ".cute_cache", "*.egg-info")
@@ -200,8 +200,8 @@ def covering_tests(root: Path, touched: Iterable[str], tiers: Sequence[str]) -> 
         return hit
 
     out = []
-    for tier in tiers:
-        for p in sorted((root / TIER_DIRS[tier]).rglob("test_*.py")):
+    for path in dict.fromkeys(p for tier in tiers for p in SUITES[tier].paths):
+        for p in sorted((root / path).rglob("test_*.py")):
             rel = p.relative_to(root).as_posix()
             name = module_name(rel)
             if name and reaches(name):
@@ -240,7 +240,7 @@ def run_mutant(patch: Path, *, root: Path, python: str, tiers: Sequence[str],
     text = patch.read_text(encoding="utf-8")
     header = patch_header(text)
     wants = tuple(header.get("tiers", ())) or ("host",)
-    unknown = [t for t in wants if t not in TIER_DIRS]
+    unknown = [t for t in wants if t not in TIERS]
     touched = tuple(touched_files(text))
     if unknown:
         return MutantResult(name, ERROR, f"unknown tier(s) {unknown} in the header", touched)
@@ -264,7 +264,7 @@ def run_mutant(patch: Path, *, root: Path, python: str, tiers: Sequence[str],
         if not tests:
             return MutantResult(name, ERROR, "no test covers the touched files", touched,
                                 tiers=run_tiers)
-        marks = " or ".join(f"({TIER_MARKS[t]})" for t in dict.fromkeys(run_tiers))
+        marks = " or ".join(dict.fromkeys(f"({SUITES[t].markexpr})" for t in run_tiers))
         cmd = [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                "-m", marks, *tests]
         res = run_process(cmd, cwd=copy, log_path=log, timeout_s=timeout_s,

@@ -61,7 +61,7 @@ class RunContext:
     mutants: Path | None = None
     """The mutants suite's catalog (None: ``tests/mutants``)."""
     mutant_tiers: tuple[str, ...] = ("host",)
-    """The tiers whose tests judge each mutant (``tests.harness.mutants.TIER_DIRS``)."""
+    """The tiers whose tests judge each mutant (``tests.harness.mutants.TIERS``)."""
 
 
 @dataclass(frozen=True)
