@@ -34,7 +34,7 @@ import torch
 from oracle.combine import masked_combine
 from oracle.compare import compare_rows
 from oracle.experts import expert_terms, moe_forward
-from oracle.moe_config import MoEConfig
+from oracle.moe_config import MoEConfig, _bad
 from oracle.recipes import get_recipe
 from oracle.routing import MASKED_ID, stage_routes
 from oracle.weights import ExpertWeights
@@ -85,10 +85,6 @@ class KernelReport:
         return "\n".join([head, *(f"  {f}" for f in self.failures[:50])]
                          + ([f"  ... and {len(self.failures) - 50} more"]
                             if len(self.failures) > 50 else []))
-
-
-def _bad(argument: str, expected: object, actual: object) -> ValueError:
-    return ValueError(f"{argument}: expected {expected}, got {actual}")
 
 
 def _call(kernel: Callable, inputs: list[Inputs], world_size: int

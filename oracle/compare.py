@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from oracle.moe_config import _bad
 from oracle.recipes import get_recipe
 
 _LISTED = 8
@@ -37,10 +38,6 @@ class RowReport:
     total_rel_l2: float
     problems: tuple[str, ...]
     failing_rows: tuple[int, ...] = ()
-
-
-def _bad(argument: str, expected: object, actual: object) -> ValueError:
-    return ValueError(f"{argument}: expected {expected}, got {actual}")
 
 
 def active_rows(ids: torch.Tensor) -> torch.Tensor:

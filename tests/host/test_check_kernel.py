@@ -68,9 +68,9 @@ def user_moe(hidden: torch.Tensor, ids: torch.Tensor, scores: torch.Tensor,
     return acc.bfloat16(), terms
 
 
-def _ranks(bug: str = ""):  # type: ignore[no-untyped-def]
+def _ranks(kernel=user_moe):  # type: ignore[no-untyped-def]
     """The same kernel over every rank's inputs (a world of P ranks in one process)."""
-    return lambda inputs: [user_moe(*x, bug=bug) for x in inputs]
+    return lambda inputs: [kernel(*x) for x in inputs]
 
 
 def test_a_correct_kernel_passes_every_check_at_one_and_two_ranks() -> None:
@@ -127,15 +127,11 @@ def test_a_failing_row_names_its_rank_row_slot_and_expert() -> None:
         acc = torch.where(ids.unsqueeze(-1) == -1, 0.0, terms.float()).sum(1)
         return acc.bfloat16(), terms
 
-    report = check_kernel(_ranks_of(off_by_expert_three), WEIGHTS, CFG, capacity=C,
+    report = check_kernel(_ranks(off_by_expert_three), WEIGHTS, CFG, capacity=C,
                           world_size=2, states=("dense-129",), masked_contents=())
     slots = [f for f in report.failures if f.slot is not None]
     assert slots and all(f.expert == 3 for f in slots)
     assert {f.rank for f in slots} == {0, 1} and all(f.row is not None for f in slots)
-
-
-def _ranks_of(kernel):  # type: ignore[no-untyped-def]
-    return lambda inputs: [kernel(*x) for x in inputs]
 
 
 @pytest.mark.parametrize(("args", "name"), [
