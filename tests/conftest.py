@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+pytest_plugins = ["tests.harness.backend_plugin"]
+
 _SLOW_CHECKS = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
 settings.register_profile(

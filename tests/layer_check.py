@@ -1,19 +1,22 @@
 """The oracle's output for a layer configuration, shared by the host and GPU layer tests
-(the judging rule itself is ``oracle.compare.compare_rows``, docs/contract.md s8)."""
+(the judging rule itself is ``oracle.compare.compare_rows``, docs/contract.md s8), and the
+one way a contract test builds a layer of the chosen backend (``build_layer``)."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
+from megamoe.backends import LayerSpec, MoEBackend, MoEHandle, feature_refusal
 from oracle.compare import RowReport, active_rows, compare_rows
 from oracle.experts import moe_forward
 from oracle.moe_config import MoEConfig
 from oracle.weights import prepare_weights
 
-__all__ = ["RowReport", "active_rows", "compare_rows", "layer_routes", "layer_weights",
-           "oracle_config", "oracle_output"]
+__all__ = ["RowReport", "active_rows", "build_layer", "compare_rows", "layer_routes",
+           "layer_weights", "oracle_config", "oracle_output", "require_features"]
 
 MASKED_JUNK = (float("nan"), float("inf"), float("-inf"))
 """What masked slots carry in the layer tests (docs/contract.md s2: any score, never read)."""
@@ -48,6 +51,12 @@ def layer_routes(seed: int, t: int, *, num_experts: int, top_k: int, hidden: int
 
 
 def oracle_config(layer_config) -> MoEConfig:  # type: ignore[no-untyped-def]
+    """The oracle's ``MoEConfig`` of a ``LayerConfig`` or a ``LayerSpec`` (a ``MoEConfig`` as
+    it is)."""
+    if isinstance(layer_config, MoEConfig):
+        return layer_config
+    if isinstance(layer_config, LayerSpec):
+        return layer_config.config
     c = layer_config
     return MoEConfig(c.recipe, c.num_experts, c.top_k, c.hidden_size, c.intermediate_size,
                      clamp=c.clamp, late_weighting=c.late_weighting,
@@ -76,3 +85,24 @@ def oracle_output(layer_config, w13, w2, hidden, ids, weights) -> torch.Tensor: 
     else:
         ew = prepare_weights(w13.cpu(), w2.cpu(), cfg)
     return moe_forward(hidden.cpu(), ids.cpu(), weights.cpu(), ew, cfg)
+
+
+def build_layer(backend: MoEBackend, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor,
+                device: torch.device | str, world: object | None = None) -> MoEHandle:
+    """The chosen backend's layer for ``spec`` on this rank; a backend that refuses it fails
+    the test with its reason (``MoEBackend.refusal``), never skips it."""
+    device = torch.device(device)
+    if spec.config.recipe not in backend.info.recipes:
+        pytest.fail(f"backend {backend.info.name} implements recipes "
+                    f"{', '.join(backend.info.recipes)}, not {spec.config.recipe}", pytrace=False)
+    why = backend.refusal(spec, device, 1 if world is None else world.size)  # type: ignore[attr-defined]
+    if why is not None:
+        pytest.fail(why, pytrace=False)
+    return backend.build(spec, w13, w2, device=device, world=world)
+
+
+def require_features(backend: MoEBackend, *features: str) -> None:
+    """Fail (never skip) when the backend lacks a feature the contract rule needs."""
+    why = feature_refusal(backend.info, *features)
+    if why is not None:
+        pytest.fail(why, pytrace=False)

@@ -40,6 +40,9 @@ class QualifyArgs:
     """``--mutants DIR``: the catalog of ``--suite mutants`` (default ``tests/mutants``)."""
     mutant_tiers: tuple[str, ...] = ("host",)
     """``--mutant-tiers``: the tiers whose tests judge each mutant."""
+    moe_backend: str | None = None
+    """``--moe-backend``: the MegaMoE the contract tests judge (``megamoe.backends``), or
+    None: ``$MEGAMOE_MOE_BACKEND``, else ``megamoe``."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -57,6 +60,7 @@ class QualifyArgs:
             "backend": self.backend,
             "mutants": str(self.mutants) if self.mutants else None,
             "mutant_tiers": list(self.mutant_tiers),
+            "moe_backend": self.moe_backend,
         }
 
 
@@ -80,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--backend", choices=sorted({b for bs in BACKENDS.values() for b in bs}),
                     help="multi: symmetric memory of the world (default: torch_symm on GPUs, "
                     "host on the CPU)")
+    ap.add_argument("--moe-backend", metavar="NAME",
+                    help="the MegaMoE the contract tests judge: a registered name "
+                    "(megamoe.backends.registry.REGISTERED) or package.module:attribute; the "
+                    "record names it and its version, and only megamoe's records vouch for our "
+                    "kernels (default: $MEGAMOE_MOE_BACKEND, else megamoe)")
     ap.add_argument("--filter", help="pytest -k expression (recorded)")
     ap.add_argument("--timeout", type=float, help="seconds per suite; expiry kills the process "
                     "group (SIGTERM, then SIGKILL) and exits 124")
@@ -143,4 +152,4 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
         ap.error(f"--mutants: only for --suite mutants, got --suite {ns.suite}")
     return QualifyArgs(ns.suite, ns.output_dir, ns.world_size, ns.mode, ns.filter, ns.timeout,
                        ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers, shard,
-                       ns.backend, ns.mutants, tiers)
+                       ns.backend, ns.mutants, tiers, ns.moe_backend)

@@ -3,12 +3,14 @@
 Definitions (one place; the ledger and the records use them):
 
 - **kernel sources**: every file under ``megamoe/`` except ``__pycache__/``,
-  ``*.pyc`` and ``megamoe/bench/`` (benchmarks do not change results). Kernels
-  live next to the Python that launches them, so the layer API, staging,
-  validation and launchers count: any of them can change what a kernel
-  computes.
+  ``*.pyc``, ``megamoe/bench/`` (benchmarks do not change results) and
+  ``megamoe/backends/`` (the adapters through which the tests drive an
+  implementation: harness code, counted with the tests). Kernels live next to
+  the Python that launches them, so the layer API, staging, validation and
+  launchers count: any of them can change what a kernel computes.
 - **oracle**: every file under ``oracle/`` (same exclusions).
-- **tests**: every file under ``tests/`` and ``fixtures/`` (same exclusions).
+- **tests**: every file under ``tests/``, ``fixtures/`` and ``megamoe/backends/``
+  (same exclusions).
 
 A group's digest is the SHA-256 of its sorted ``path\\0sha256\\n`` lines, so
 it changes when a file is added, removed, renamed or edited. Paths are
@@ -22,12 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KERNEL_SOURCE_DIR = "megamoe"
-KERNEL_SOURCE_EXCLUDED_DIRS = ("megamoe/bench",)
+BACKEND_ADAPTER_DIR = "megamoe/backends"
+KERNEL_SOURCE_EXCLUDED_DIRS = ("megamoe/bench", BACKEND_ADAPTER_DIR)
 KERNEL_MODULE_GLOB = "*_kernel.py"
 SOURCE_GROUPS: dict[str, tuple[str, ...]] = {
     "kernel": (KERNEL_SOURCE_DIR,),
     "oracle": ("oracle",),
-    "tests": ("tests", "fixtures"),
+    "tests": ("tests", "fixtures", BACKEND_ADAPTER_DIR),
 }
 _EXCLUDED_PARTS = ("__pycache__",)
 _EXCLUDED_SUFFIXES = (".pyc", ".pyo")
@@ -44,11 +47,15 @@ class SourceHash:
         return {"digest": self.digest, "files": dict(self.files)}
 
 
-def _included(rel: str) -> bool:
+def _under(rel: str, folder: str) -> bool:
+    return rel == folder or rel.startswith(folder + "/")
+
+
+def _included(rel: str, group: str) -> bool:
     parts = rel.split("/")
     if any(p in _EXCLUDED_PARTS for p in parts) or rel.endswith(_EXCLUDED_SUFFIXES):
         return False
-    return not any(rel == d or rel.startswith(d + "/") for d in KERNEL_SOURCE_EXCLUDED_DIRS)
+    return group != "kernel" or not any(_under(rel, d) for d in KERNEL_SOURCE_EXCLUDED_DIRS)
 
 
 def group_files(root: Path, group: str) -> list[str]:
@@ -61,7 +68,7 @@ def group_files(root: Path, group: str) -> list[str]:
         for p in base.rglob("*"):
             if p.is_file():
                 rel = p.relative_to(root).as_posix()
-                if _included(rel):
+                if _included(rel, group):
                     out.append(rel)
     return sorted(out)
 

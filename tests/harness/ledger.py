@@ -13,7 +13,9 @@ line saying so.
 A record counts for a requirement when its JSON has ``kind == RECORD_KIND``, a
 ``suites`` entry with the requirement's name (and, for ``sanitize``, its
 ``tool``) and status ``pass``, no ``--filter`` (a filtered run does not cover
-the suite), no ``--shard``, at least one GPU in its environment, and
+the suite), no ``--shard``, at least one GPU in its environment, its contract tests
+judging our layer (``moe_backend`` ``megamoe``: another backend's run vouches for
+nothing of ours), and
 ``source_hashes.kernel.digest`` equal to the current digest. A suite run in shards
 (``qualify.py --shard I/N``, ``tests.harness.shard``) counts when records of all ``N``
 shards pass on the current kernel digest with one and the same test-source digest
@@ -27,6 +29,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from megamoe.backends.registry import DEFAULT as OUR_BACKEND
 from tests.harness.hashing import diff_files, hash_group, kernel_modules
 from tests.harness.shard import Shard, parse_shard
 from tests.harness.worlds import KERNEL_MODES
@@ -81,7 +84,7 @@ def _passes(record: dict, suite: str, tool: str | None = None) -> bool:
     """``passes_suite`` without the shard rule. A ``multi`` run counts only in a world that
     runs kernels (``worlds.KERNEL_MODES``: real or emulated, never the CPU world)."""
     gpus = record.get("environment", {}).get("gpus") or []
-    if record.get("arguments", {}).get("filter"):
+    if record.get("arguments", {}).get("filter") or not judged_ours(record):
         return False
     return bool(gpus) and any(
         s.get("name") == suite and s.get("status") == "pass"
@@ -89,6 +92,13 @@ def _passes(record: dict, suite: str, tool: str | None = None) -> bool:
         and (suite != "multi" or s.get("mode") in KERNEL_MODES)
         for s in record.get("suites", [])
     )
+
+
+def judged_ours(record: dict) -> bool:
+    """Did the record's contract tests judge our layer? (``moe_backend`` ``megamoe``; records
+    written before backends existed judged nothing else.) Another backend's record never
+    vouches for our kernels."""
+    return (record.get("moe_backend") or {}).get("name", OUR_BACKEND) == OUR_BACKEND
 
 
 def multi_evidence(record: dict) -> str:

@@ -3,8 +3,11 @@
 - ``--require-arch X``: every visible GPU must be X (``sm_90a`` counts as
   ``sm_90``); no GPU at all is a refusal too.
 - GPU suites (``single``, ``multi``, ``sanitize``): at least one GPU (real
-  multi: ``--world-size`` GPUs), of ``KERNEL_ARCH`` (the kernels are built
-  for sm_90a and can run nowhere else).
+  multi: ``--world-size`` GPUs), of an architecture the chosen MegaMoE backend
+  serves (``megamoe``: ``KERNEL_ARCH``, its kernels are built for sm_90a and can
+  run nowhere else; ``check_moe_backend``).
+- The MegaMoE backend (``--moe-backend``) loads; its name and version go into
+  the record.
 - The CuTe DSL imports (``import cutlass.cute`` in a fresh interpreter) for
   every suite: the host tier holds the offline compile gate.
 - Real multi mode: ``torch.distributed.run`` is importable and
@@ -53,15 +56,31 @@ def check_require_arch(require_arch: str, gpus: Sequence[dict]) -> Check:
     return Check("require-arch", True, f"{len(gpus)} GPU(s) of {want}")
 
 
-def check_gpus(suite: str, gpus: Sequence[dict], needed: int) -> Check:
+def check_gpus(suite: str, gpus: Sequence[dict], needed: int,
+               archs: Sequence[str] = (KERNEL_ARCH,), who: str = "megamoe") -> Check:
+    """``needed`` GPUs, each of one of ``archs`` (the architectures backend ``who`` serves)."""
     name = f"{suite}: gpus"
     if len(gpus) < needed:
         return Check(name, False, f"suite {suite} needs {needed} CUDA GPU(s), found {len(gpus)}")
-    wrong = [g for g in gpus[:needed] if g["arch"] != KERNEL_ARCH]
+    wrong = [g for g in gpus[:needed] if normalize_arch(str(g["arch"])) not in archs]
     if wrong:
-        return Check(name, False, f"suite {suite} needs {KERNEL_ARCH} GPUs (kernels are built for "
-                                  f"sm_90a); found {wrong[0]['arch']} ({wrong[0]['name']})")
-    return Check(name, True, f"{needed} of {len(gpus)} GPU(s), {KERNEL_ARCH}")
+        return Check(name, False, f"suite {suite} needs {' or '.join(archs)} GPUs (backend {who}'s "
+                                  f"kernels run there only); found {wrong[0]['arch']} "
+                                  f"({wrong[0]['name']})")
+    return Check(name, True, f"{needed} of {len(gpus)} GPU(s), {' or '.join(archs)}")
+
+
+def check_moe_backend(name: str) -> tuple[Check, dict[str, object]]:
+    """Does ``--moe-backend`` name a usable backend? The check and the record's
+    ``moe_backend`` entry (``BackendInfo.as_record``, or the name and the error)."""
+    from megamoe.backends import BackendError, load_backend
+
+    try:
+        info = load_backend(name).info
+    except BackendError as err:
+        return Check("moe-backend", False, str(err)), {"name": name, "error": str(err)}
+    return (Check("moe-backend", True, f"{info.name} {info.version} ({', '.join(info.archs)}; "
+                  f"recipes {', '.join(info.recipes)})"), info.as_record())
 
 
 @cache

@@ -11,11 +11,15 @@ kernel sources, 1 otherwise.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
+from megamoe.backends.registry import ENV as MOE_BACKEND_ENV
+from megamoe.backends.registry import selected_name
 from tests.harness.cli import QualifyArgs, parse_args
 from tests.harness.environment import collect_environment, git_info
 from tests.harness.gpu_neighbours import NeighbourWatch
@@ -25,9 +29,11 @@ from tests.harness.manifest import committable, utc_now, write_record
 from tests.harness.mutants import GPU_TIERS
 from tests.harness.preflight import (
     GPU_SUITES,
+    KERNEL_ARCH,
     Check,
     check_cute_dsl,
     check_gpus,
+    check_moe_backend,
     check_require_arch,
     check_sanitizer,
     check_torchrun,
@@ -95,16 +101,19 @@ def execute(plan: Sequence[tuple[str, str | None]],
 
 
 def preflight(args: QualifyArgs, plan: Sequence[tuple[str, str | None]],
-              gpus: Sequence[dict], python: str) -> list[Check]:
+              gpus: Sequence[dict], python: str, backend: dict | None = None) -> list[Check]:
     """Every check that must pass before any suite runs (``args.mode`` already resolved:
-    ``resolve_args``)."""
+    ``resolve_args``); ``backend``: the record's ``moe_backend`` entry (its architectures
+    decide which GPUs serve; default ``megamoe``'s)."""
     checks = []
     if args.require_arch:
         checks.append(check_require_arch(args.require_arch, gpus))
+    backend = backend or {"name": "megamoe", "archs": [KERNEL_ARCH]}
+    archs, who = tuple(backend.get("archs") or (KERNEL_ARCH,)), str(backend["name"])
     names = {name for name, _ in plan}
     multi = bool(names & {"multi", MULTI_SANITIZE})
     for name in sorted(names & set(GPU_SUITES) - {"multi"}):
-        checks.append(check_gpus(name, gpus, 1))
+        checks.append(check_gpus(name, gpus, 1, archs, who))
     if "mutants" in names and set(args.mutant_tiers) & set(GPU_TIERS):
         checks.append(check_gpus("mutants (tier single)", gpus, 1))
     if multi:
@@ -125,10 +134,27 @@ def preflight(args: QualifyArgs, plan: Sequence[tuple[str, str | None]],
 def resolve_args(args: QualifyArgs, gpus: Sequence[dict]) -> QualifyArgs:
     """``args`` with the multi suite's world chosen (``tests.harness.worlds``): the mode from
     the machine when none was asked for (None when it has no GPU: preflight refuses), the
-    mode's first backend when none was asked for."""
+    mode's first backend when none was asked for; and the MegaMoE backend in force
+    (``megamoe.backends.registry.selected_name``)."""
     mode = resolve_mode(args.mode, args.world_size, gpus)
     backend = resolve_backend(args.backend, mode) if mode is not None else args.backend
-    return dataclasses.replace(args, mode=mode, backend=backend)
+    return dataclasses.replace(args, mode=mode, backend=backend,
+                               moe_backend=selected_name(args.moe_backend))
+
+
+@contextmanager
+def moe_backend_env(name: str) -> Iterator[None]:
+    """Every suite's processes judge backend ``name``: ``$MEGAMOE_MOE_BACKEND`` set for the
+    run (children inherit it), restored afterwards."""
+    saved = os.environ.get(MOE_BACKEND_ENV)
+    os.environ[MOE_BACKEND_ENV] = name
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(MOE_BACKEND_ENV, None)
+        else:
+            os.environ[MOE_BACKEND_ENV] = saved
 
 
 def run_one(name: str, tool: str | None, ctx: RunContext, suites: Mapping[str, Suite],
@@ -179,9 +205,12 @@ def main(
     env = environment if environment is not None else collect_environment()
     plan = planned_runs(args)
     args = resolve_args(args, env.get("gpus") or [])
-    checks = preflight(args, plan, env.get("gpus") or [], python)
+    backend_check, backend = check_moe_backend(str(args.moe_backend))
+    checks = [backend_check, *preflight(args, plan, env.get("gpus") or [], python,
+                                        backend if backend_check.ok else None)]
     record: dict = {
         "arguments": {**args.as_dict(), "argv": list(argv)},
+        "moe_backend": backend,
         "started_at": started,
         "preflight": [c.as_dict() for c in checks],
         "environment": env,
@@ -199,7 +228,7 @@ def main(
     ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size,
                      args.mode or "", neighbour_watch, args.workers, args.shard,
                      args.backend or "", args.mutants, args.mutant_tiers)
-    with terminate_groups_on_signals():
+    with terminate_groups_on_signals(), moe_backend_env(str(args.moe_backend)):
         runs = execute(plan, lambda name, tool: run_one(name, tool, ctx, suites, coverage))
     status = overall_status(runs)
     final = {**record, "status": status, "finished_at": utc_now(),

@@ -1,0 +1,17 @@
+"""MegaMoE implementations the contract suites judge, behind one interface
+(``megamoe.backends.api``), chosen by name (``megamoe.backends.registry``)."""
+
+from megamoe.backends.api import (
+    FEATURES,
+    BackendInfo,
+    LayerSpec,
+    MoEBackend,
+    MoEHandle,
+    as_kernel,
+    device_refusal,
+    feature_refusal,
+)
+from megamoe.backends.registry import BackendError, load_backend, selected_name
+
+__all__ = ["FEATURES", "BackendError", "BackendInfo", "LayerSpec", "MoEBackend", "MoEHandle",
+           "as_kernel", "device_refusal", "feature_refusal", "load_backend", "selected_name"]

@@ -1,0 +1,101 @@
+"""Our layer (``megamoe.layer.MoELayer``) as a backend of the contract suites
+(``megamoe.backends.api``; docs/contract.md s1-s10).
+
+The handle is the layer itself: ``MoELayer`` already has the handle's methods, and
+``stages_ran`` reads its ``last_paths``. The spec becomes a ``LayerConfig``; what the layer
+cannot build is refused with the layer's own ``ConfigError`` message (H and I multiples of
+the GEMM tiles) or, for a setting the layer has no field for, a sentence that names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import metadata
+
+import torch
+
+from megamoe.backends.api import BackendInfo, LayerSpec, device_refusal
+from megamoe.errors import ConfigError
+from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
+
+KERNEL_ARCHS = ("sm_90",)
+"""The layer's kernels are built for sm_90a (Hopper: H100, H200)."""
+LAYER_MXFP4_MODE = "rceil"
+"""The MX scale mode the layer quantizes MXFP4 weights with (it has no setting for it)."""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("megamoe")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "source"
+
+
+def layer_config(spec: LayerSpec) -> LayerConfig:
+    """The ``LayerConfig`` of ``spec`` (raises ``ConfigError`` for what the layer cannot
+    build)."""
+    c = spec.config
+    return LayerConfig(c.num_experts, c.top_k, c.hidden_size, c.intermediate_size,
+                       spec.capacity, recipe=c.recipe, clamp=c.clamp,
+                       late_weighting=c.late_weighting, mxfp8_elem=c.mxfp8_elem,
+                       mxfp8_mode=c.mxfp8_mode, nvfp4_input_scale=c.nvfp4_input_scale,
+                       nvfp4_a2_scale=c.nvfp4_a2_scale)
+
+
+class LayerHandle:
+    """``MoELayer`` behind ``MoEHandle``: every call goes to the layer."""
+
+    def __init__(self, layer: MoELayer) -> None:
+        self.layer = layer
+        self.warmup = layer.warmup
+        self.forward = layer.forward
+        self.check_errors = layer.check_errors
+        self.destroy = layer.destroy
+
+    def stages_ran(self) -> Mapping[str, str]:
+        return dict(self.layer.last_paths or {})
+
+    def workspaces(self) -> tuple[torch.Tensor, ...]:
+        """Every data buffer of the layer and its staging and layout workspaces' payload and
+        order regions (what a forward rewrites before reading)."""
+        layer = self.layer
+        return tuple(t for t in (
+            layer._a1, layer._a2, layer._h2, layer._terms, layer._out, layer._act,
+            layer._pre1, layer._pre2, layer._stage_ws.payload, layer._layout_ws.view("order"),
+        ) if t is not None)
+
+
+class MegamoeBackend:
+    """The ``megamoe`` backend (module docstring)."""
+
+    def __init__(self) -> None:
+        self.info = BackendInfo(
+            "megamoe", _version(), KERNEL_ARCHS, LAYER_RECIPES,
+            frozenset({"cpu", "cuda_graphs", "live_tokens", "out_buffer", "route_errors",
+                       "workspaces"}),
+        )
+
+    def refusal(self, spec: LayerSpec, device: torch.device, world_size: int) -> str | None:
+        why = device_refusal(self.info, device)
+        if why is not None:
+            return why
+        if world_size != 1 and "ep" not in self.info.features:
+            return f"backend megamoe builds EP1 layers only, not a world of {world_size} ranks"
+        if spec.config.recipe == "fp8_mxfp4" and spec.config.mxfp4_mode != LAYER_MXFP4_MODE:
+            return (f"backend megamoe quantizes MXFP4 weights with mode {LAYER_MXFP4_MODE} only, "
+                    f"not {spec.config.mxfp4_mode}")
+        try:
+            layer_config(spec)
+        except ConfigError as err:
+            return f"backend megamoe cannot build this layer: {err}"
+        return None
+
+    def build(self, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor, *,
+              device: torch.device, world: object | None = None) -> LayerHandle:
+        why = self.refusal(spec, device, 1 if world is None else world.size)  # type: ignore[attr-defined]
+        if why is not None:
+            raise ConfigError("backend", "a layer the backend can build", why)
+        return LayerHandle(MoELayer(layer_config(spec), w13, w2, device))
+
+
+BACKEND = MegamoeBackend()

@@ -1,0 +1,81 @@
+"""Backends for the host tests of the backend interface (``test_backends.py``): a toy that
+declares one recipe and no CPU support, and our layer with a planted bug behind the
+interface. Named ``package.module:attribute``, as a user names their own backend."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from megamoe.backends import BackendInfo, LayerSpec
+from megamoe.backends.megamoe_layer import BACKEND as OURS
+
+
+class ToyBackend:
+    """Declares ``bf16`` on sm_100 only; builds nothing (its refusal says why)."""
+
+    info = BackendInfo("toy", "0.0", ("sm_100",), ("bf16",), frozenset({"cuda_graphs"}))
+
+    def refusal(self, spec: LayerSpec, device: torch.device, world_size: int) -> str:
+        return "toy builds nothing"
+
+    def build(self, spec, w13, w2, *, device, world=None):  # type: ignore[no-untyped-def]
+        raise AssertionError("never built: refusal() refuses every layer")
+
+
+class PlantedHandle:
+    """Our layer's handle with one bug planted in its forward."""
+
+    def __init__(self, inner, bug: str, num_experts: int) -> None:  # type: ignore[no-untyped-def]
+        self.inner, self.bug, self.e = inner, bug, num_experts
+        self.check_errors, self.destroy = inner.check_errors, inner.destroy
+
+    def _routes(self, ids: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.bug == "wrap":  # an id of -1 read as the last expert, with its masked score
+            return torch.where(ids == -1, self.e - 1, ids), torch.where(
+                ids == -1, torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0), w)
+        return ids, w
+
+    def _leak(self, out: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if self.bug == "nan-leak":  # masked slots zeroed by multiplying: 0 * NaN is NaN
+            junk = (torch.where(ids == -1, w.float(), 0.0) * 0.0).sum(dim=1, keepdim=True)
+            out = (out.float() + junk).bfloat16()
+        return out
+
+    def warmup(self, hidden, topk_ids, topk_weights):  # type: ignore[no-untyped-def]
+        ids, w = self._routes(topk_ids, topk_weights)
+        return self._leak(self.inner.warmup(hidden, ids, w), topk_ids, topk_weights)
+
+    def forward(self, hidden, topk_ids, topk_weights, *, live_tokens=None, out=None):  # type: ignore[no-untyped-def]
+        ids, w = self._routes(topk_ids, topk_weights)
+        got = self.inner.forward(hidden, ids, w, live_tokens=live_tokens, out=out)
+        return self._leak(got, topk_ids, topk_weights)
+
+    def stages_ran(self) -> Mapping[str, str]:
+        return self.inner.stages_ran()
+
+    def workspaces(self) -> tuple[torch.Tensor, ...]:
+        return self.inner.workspaces()
+
+
+class PlantedBackend:
+    """``megamoe`` with ``bug`` planted behind the interface (``PlantedHandle``)."""
+
+    def __init__(self, bug: str) -> None:
+        self.bug = bug
+        self.info = BackendInfo(f"megamoe-planted-{bug}", OURS.info.version, OURS.info.archs,
+                                OURS.info.recipes, OURS.info.features)
+
+    def refusal(self, spec: LayerSpec, device: torch.device, world_size: int) -> str | None:
+        return OURS.refusal(spec, device, world_size)
+
+    def build(self, spec, w13, w2, *, device, world=None):  # type: ignore[no-untyped-def]
+        return PlantedHandle(OURS.build(spec, w13, w2, device=device, world=world), self.bug,
+                             spec.config.num_experts)
+
+
+TOY = ToyBackend()
+WRAP = PlantedBackend("wrap")
+NAN_LEAK = PlantedBackend("nan-leak")
+NOT_A_BACKEND = object()
