@@ -16,7 +16,8 @@ from oracle.moe_config import MoEConfig
 from oracle.weights import prepare_weights
 
 __all__ = ["RowReport", "active_rows", "build_layer", "compare_rows", "layer_routes",
-           "layer_weights", "oracle_config", "oracle_output", "require_features"]
+           "layer_weights", "oracle_config", "oracle_output", "poison", "poison_workspaces",
+           "require_features"]
 
 MASKED_JUNK = (float("nan"), float("inf"), float("-inf"))
 """What masked slots carry in the layer tests (docs/contract.md s2: any score, never read)."""
@@ -106,3 +107,26 @@ def require_features(backend: MoEBackend, *features: str) -> None:
     why = feature_refusal(backend.info, *features)
     if why is not None:
         pytest.fail(why, pytrace=False)
+
+
+POISON_INT = -7
+"""What integer workspaces hold between scenario states (docs/contract.md s10)."""
+
+
+def poison(t: torch.Tensor) -> None:
+    """NaN into a floating tensor (one-byte formats: the byte 0xFF, NaN in E4M3, E5M2 and
+    E8M0), ``POISON_INT`` into integers."""
+    if t.element_size() == 1:
+        t.view(torch.uint8).fill_(0xFF)
+    elif t.is_floating_point():
+        t.fill_(float("nan"))
+    else:
+        t.fill_(POISON_INT)
+
+
+def poison_workspaces(layer: MoEHandle, *buffers: torch.Tensor) -> None:
+    """Poison every workspace the layer lists (``MoEHandle.workspaces``) and ``buffers``
+    (the caller's outputs) between scenario states (docs/contract.md s10)."""
+    for t in (*layer.workspaces(), *buffers):
+        if t.numel():
+            poison(t)

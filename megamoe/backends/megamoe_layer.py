@@ -15,6 +15,7 @@ from importlib import metadata
 import torch
 
 from megamoe.backends.api import BackendInfo, LayerSpec, device_refusal
+from megamoe.dispatch.api import OUTPUT_REGIONS
 from megamoe.errors import ConfigError
 from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
 
@@ -56,13 +57,19 @@ class LayerHandle:
         return dict(self.layer.last_paths or {})
 
     def workspaces(self) -> tuple[torch.Tensor, ...]:
-        """Every data buffer of the layer and its staging and layout workspaces' payload and
-        order regions (what a forward rewrites before reading)."""
+        """Every region a forward writes before it reads it: the staged routes (ids, scores),
+        payload and scales; the layout's outputs; the route tables; the GEMM, A2, term and
+        output buffers. Not the route-check status word and its bad-route record, which
+        ``check_errors`` reads across forwards."""
         layer = self.layer
+        ws = layer._stage_ws
+        layout = [layer._layout_ws.view(n) for n in OUTPUT_REGIONS]
         return tuple(t for t in (
-            layer._a1, layer._a2, layer._h2, layer._terms, layer._out, layer._act,
-            layer._pre1, layer._pre2, layer._stage_ws.payload, layer._layout_ws.view("order"),
-        ) if t is not None)
+            ws.ids, ws.scores, ws.payload, ws.scales, *layout,
+            layer._counts, layer._seg, layer._src_row, layer._pos, layer._term_row,
+            layer._row_scale, layer._a1, layer._a2, layer._act, layer._pre1, layer._pre2,
+            layer._h2, layer._terms, layer._out,
+        ) if t is not None and t.numel())
 
 
 class MegamoeBackend:

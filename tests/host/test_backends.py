@@ -33,7 +33,14 @@ from oracle.moe_config import MoEConfig
 from oracle.weights import prepare_weights
 from tests.harness.ledger import judged_ours
 from tests.harness.preflight import check_gpus, check_moe_backend
-from tests.layer_check import build_layer, compare_rows, layer_routes, layer_weights, oracle_output
+from tests.layer_check import (
+    build_layer,
+    compare_rows,
+    layer_routes,
+    layer_weights,
+    oracle_output,
+    poison_workspaces,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 E, K, H, INTER, C = 8, 2, 128, 64, 16
@@ -147,6 +154,38 @@ def test_our_layer_behind_the_interface_meets_the_oracle_on_the_cpu(recipe: str,
     report = compare_rows(out, oracle_output(_spec(recipe), W13, W2, x, ids, w), ids, recipe)
     assert report.problems == (), report
     handle.destroy()
+
+
+@pytest.mark.contract("s10.single-rank-replay")
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_mxfp4", "mxfp8", "nvfp4"])
+def test_every_workspace_our_layer_lists_is_rewritten_before_it_is_read(recipe: str,
+                                                                        one_torch_thread) -> None:
+    """docs/contract.md s10: with NaN (integers: -7) in every region ``workspaces()`` lists
+    and in the output between the changing-route states, every live row still meets the
+    oracle and equals, bit for bit, a layer that was never poisoned. On the CPU paths; the
+    single tier's replay test pours the same poison on the GPU."""
+    from fixtures.scenarios import make_sequence
+
+    ours = load_backend("megamoe")
+    layer = build_layer(ours, _spec(recipe), W13, W2, CPU)
+    clean = build_layer(ours, _spec(recipe), W13, W2, CPU)
+    names = []
+    for i, state in enumerate(make_sequence(world_size=1, capacity=C, top_k=K, num_experts=E,
+                                            hidden_size=H, seed=9)):
+        x, ids, w = state.ranks[0].live()
+        if i == 0:
+            layer.warmup(x, ids, w)
+            clean.warmup(x, ids, w)
+        out = torch.empty(C, H, dtype=torch.bfloat16)
+        poison_workspaces(layer, out)
+        got = layer.forward(x, ids, w, out=out)[: x.shape[0]]
+        assert torch.equal(got.view(torch.int16), clean.forward(x, ids, w).view(torch.int16)), (
+            state.name)
+        report = compare_rows(got, oracle_output(_spec(recipe), W13, W2, x, ids, w), ids, recipe)
+        assert report.problems == (), (state.name, report)
+        names.append(state.name)
+    assert len(names) >= 8
+    assert len(layer.workspaces()) >= 20  # staging, layout, route tables, GEMM buffers
 
 
 @pytest.mark.contract("s2.masked-any-score", "s8.invariance")

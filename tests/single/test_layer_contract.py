@@ -30,6 +30,7 @@ from tests.layer_check import (
     layer_routes,
     layer_weights,
     oracle_output,
+    poison_workspaces,
     require_features,
 )
 from tests.single.layer_cases import (
@@ -153,16 +154,6 @@ def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(moe_backend, cuda_d
     assert torch.equal(_bits(layer.forward(x, ids, w_inf)[0]), ref)
 
 
-def _poison(layer: MoEHandle, *buffers: torch.Tensor) -> None:
-    """NaN into the layer's workspaces (``MoEHandle.workspaces``) and the given caller buffers
-    (docs/contract.md s10); integer buffers get -7."""
-    for t in (*layer.workspaces(), *buffers):
-        if t.is_floating_point():
-            t.fill_(float("nan"))
-        else:
-            t.fill_(-7)
-
-
 @pytest.mark.contract("s8.invariance", "s8.untouched-tail", "s9.replay-equals-eager", "s10.single-rank-replay")
 def test_changing_route_scenarios_replay_on_one_graph(moe_backend, cuda_device, recipe,
                                                       capacity) -> None:
@@ -195,7 +186,7 @@ def test_changing_route_scenarios_replay_on_one_graph(moe_backend, cuda_device, 
         s_ids.copy_(r.topk_ids)
         s_w.copy_(r.topk_weights)
         s_live.fill_(t)
-        _poison(layer, out)
+        poison_workspaces(layer, out)
         replays = []
         for rep in range(REPLAYS_PER_STATE):
             graph.replay()
