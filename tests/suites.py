@@ -44,7 +44,7 @@ class Suite:
     def command(self, python: str, extra: list[str]) -> list[str]:
         """The command that runs this suite with ``python``."""
         if self.module is not None:
-            return [python, "-m", self.module, *extra]
+            return [python, "-m", self.module, *self.extra_args, *extra]
         cmd = [python, "-m", "pytest", *self.paths]
         if self.markexpr:
             cmd += ["-m", self.markexpr]
@@ -100,6 +100,75 @@ SANITIZE_COVERAGE: dict[str, SanitizerCoverage] = {
     )
     for tool in SANITIZER_TOOLS
 }
+
+@dataclass(frozen=True)
+class SeedSuite:
+    """A suite our users name after the upstream discussions it comes from (``../shared/seeds``):
+    the tests that carry ``@pytest.mark.<name>("<item>")`` for one of its ``items``, run as
+    three parts (``tests.harness.seed_suite``): the single-GPU tests, the multi tier's tests
+    in an EP world, and its sanitizer cases under every compute-sanitizer tool. Every item
+    must be carried by at least one test (``tests/host/test_seed_suites.py``), so the suite
+    can never silently lose what it promises.
+
+    name: the suite and its marker. seeds: the seed discussions it comes from.
+    items: item id -> what its tests cover.
+    """
+
+    name: str
+    seeds: tuple[str, ...]
+    description: str
+    items: dict[str, str]
+
+
+SEED_SUITE_PATHS = ("tests/single", "tests/property", "tests/multi")
+SEED_SUITES: dict[str, SeedSuite] = {
+    s.name: s
+    for s in (
+        SeedSuite(
+            "mega_sm107", ("003", "000"),
+            "seeds 003 and 000: masked routes, route staging, fused MXFP8 staging, sparse decode, "
+            "changing-route graph replay on one rank and on many, their sanitizer cases",
+            {
+                "masked-routes": "masked routes with NaN and +-Inf scores and the route-check "
+                                 "switch, over four score dtypes, four layouts and prequantized "
+                                 "input",
+                "staging-tails": "route staging tails (rows past the live count emptied on every "
+                                 "call), storage offsets and strides",
+                "fused-mxfp8-staging": "fused MXFP8 staging: bytes equal to the oracle and to the "
+                                       "Torch path, every bf16 value",
+                "sparse-decode": "masked bf16 combine without a pre-clear, the active-route "
+                                 "extent, live-row and scale-tile boundaries, runtime options",
+                "graph-replay": "changing-route graph replay on one rank and on many: early and "
+                                "late weights, NaN-poisoned workspaces, exact-zero inactive rows, "
+                                "first and 65th replay",
+                "sanitizer": "the staging, layout, combine and layer cases under every "
+                             "compute-sanitizer tool",
+            },
+        ),
+        SeedSuite(
+            "mega_sm90_mxfp4", ("001",),
+            "seed 001: safe-FP8 staging across graphs, the fallback path, guard bytes, fused == "
+            "fallback bytes, the tiny-value outputs, multirank fp8_mxfp4, its sanitizer cases",
+            {
+                "safe-fp8-graphs": "safe-FP8 staging reusing one workspace across graphs at (H, K) "
+                                   "= (4096, 4), (7168, 8) and the smallest H our staging takes; "
+                                   "the seed's H = 129 is refused by name (H % 32)",
+                "fallback": "the fallback path (non-contiguous or unaligned input: the Torch path) "
+                            "gives the fused kernel's bytes",
+                "guard-bytes": "no byte outside the workspace regions is written",
+                "fused-equals-fallback": "fused kernel == Torch fallback, byte for byte",
+                "tiny-values": "full outputs at amplitudes (1e-15, 0), (1e-18, 0), (1e-19, 0), "
+                               "(1e-35, 55): finite, non-zero, within the bound",
+                "multirank": "multirank fp8_mxfp4 at M = 1, 4, 16, 128, 1024, uniform and skewed, "
+                             "with an empty rank, through original, changed and restored inputs",
+                "sanitizer": "the safe-FP8 staging and fp8_mxfp4 layer cases under every "
+                             "compute-sanitizer tool",
+            },
+        ),
+    )
+}
+"""The seeds' named suites (issue 39), one definition each."""
+
 
 SUITES: dict[str, Suite] = {
     s.name: s
@@ -162,6 +231,20 @@ SUITES: dict[str, Suite] = {
             "[--tiers host,property,single]",
             paths=("tests/mutants",),
             module="tests.harness.mutants",
+        ),
+        *(
+            Suite(
+                seed.name,
+                f"{seed.description}: ./run_tests.sh {seed.name} [--world-size P] [--mode M] "
+                "[-- pytest args]",
+                paths=SEED_SUITE_PATHS,
+                markexpr=seed.name,
+                needs_gpu=True,
+                module="tests.harness.seed_suite",
+                extra_args=(seed.name,),
+                exclusive_gpu=True,
+            )
+            for seed in SEED_SUITES.values()
         ),
         Suite(
             "bench",

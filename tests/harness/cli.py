@@ -10,11 +10,14 @@ from pathlib import Path
 from tests.harness.mutants import TIERS as MUTANT_TIERS
 from tests.harness.shard import parse_shard
 from tests.harness.worlds import BACKENDS, MODES, WORLD_SIZES
-from tests.suites import SANITIZER_TOOLS
+from tests.suites import SANITIZER_TOOLS, SEED_SUITES
 
-SUITE_CHOICES = ("host", "single", "multi", "sanitize", "gpu", "all", "mutants")
+SUITE_CHOICES = ("host", "single", "multi", "sanitize", "gpu", "all", "mutants",
+                 *SEED_SUITES)
 """``gpu``: what a kernel change needs on one GPU (the ledger's records): ``single``, then
-the four sanitizer tools at once; ``all``: ``host``, ``single``, ``multi``, then the tools."""
+the four sanitizer tools at once; ``all``: ``host``, ``single``, ``multi``, then the tools;
+the seeds' named suites (``tests.suites.SEED_SUITES``) run their three parts
+(``tests.harness.seed_suite``)."""
 SHARDED_SUITES = ("single",)
 """Suites ``--shard`` may split (``tests.harness.shard``; the ledger joins their shards)."""
 
@@ -72,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--suite", choices=SUITE_CHOICES,
                     help="host (CPU tier), single (one GPU), multi (an EP world), sanitize (one "
-                    "compute-sanitizer tool), gpu (single, then the four tools), all, or "
-                    "mutants (planted bugs against the tests that cover them)")
+                    "compute-sanitizer tool), gpu (single, then the four tools), all, "
+                    "mutants (planted bugs against the tests that cover them), or a seed "
+                    f"suite ({', '.join(SEED_SUITES)}: its single, multi and sanitize parts)")
     ap.add_argument("--output-dir", type=Path, help="where logs, JUnit XML and the record go")
     ap.add_argument("--world-size", type=int, choices=WORLD_SIZES, default=2,
                     help="ranks for --suite multi")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from megamoe.backends.registry import ENV as MOE_BACKEND_ENV
 from megamoe.backends.registry import selected_name
+from tests.harness import seed_suite
 from tests.harness.cli import QualifyArgs, parse_args
 from tests.harness.environment import collect_environment, git_info
 from tests.harness.gpu_neighbours import NeighbourWatch
@@ -50,7 +51,14 @@ from tests.harness.suite_run import (
     run_sanitize,
 )
 from tests.harness.worlds import check_world, resolve_backend, resolve_mode
-from tests.suites import SANITIZE_COVERAGE, SANITIZER_TOOLS, SUITES, SanitizerCoverage, Suite
+from tests.suites import (
+    SANITIZE_COVERAGE,
+    SANITIZER_TOOLS,
+    SEED_SUITES,
+    SUITES,
+    SanitizerCoverage,
+    Suite,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_PREFLIGHT = 2
@@ -59,6 +67,8 @@ EXIT_PREFLIGHT = 2
 def planned_runs(args: QualifyArgs) -> list[tuple[str, str | None]]:
     """(suite, sanitizer tool) pairs in run order."""
     tools = [args.sanitizer_tool] if args.sanitizer_tool else list(SANITIZER_TOOLS)
+    if args.suite in SEED_SUITES:
+        return seed_suite.plan(args.suite, tools=tuple(tools))
     if args.suite == "all":
         return [("host", None), ("single", None), ("multi", None)] + [
             ("sanitize", t) for t in tools]
@@ -111,8 +121,12 @@ def preflight(args: QualifyArgs, plan: Sequence[tuple[str, str | None]],
     backend = backend or {"name": "megamoe", "archs": [KERNEL_ARCH]}
     archs, who = tuple(backend.get("archs") or (KERNEL_ARCH,)), str(backend["name"])
     names = {name for name, _ in plan}
-    multi = bool(names & {"multi", MULTI_SANITIZE})
+    parts = {name: seed_suite.split_part(name) for name in names}
+    parts = {name: split[1] for name, split in parts.items() if split is not None}
+    multi = bool(names & {"multi", MULTI_SANITIZE}) or "multi" in parts.values()
     for name in sorted(names & set(GPU_SUITES) - {"multi"}):
+        checks.append(check_gpus(name, gpus, 1, archs, who))
+    for name in sorted(n for n, part in parts.items() if part != "multi"):
         checks.append(check_gpus(name, gpus, 1, archs, who))
     if "mutants" in names and set(args.mutant_tiers) & set(GPU_TIERS):
         checks.append(check_gpus("mutants (tier single)", gpus, 1))
@@ -124,7 +138,7 @@ def preflight(args: QualifyArgs, plan: Sequence[tuple[str, str | None]],
     checks.append(check_cute_dsl(python))
     if multi:
         checks.append(check_torchrun())
-    if names & {"sanitize", MULTI_SANITIZE}:
+    if names & {"sanitize", MULTI_SANITIZE} or "sanitize" in parts.values():
         from sanitizers.wrapper import find_compute_sanitizer
 
         checks.append(check_sanitizer(find_compute_sanitizer()))
@@ -159,6 +173,10 @@ def moe_backend_env(name: str) -> Iterator[None]:
 
 def run_one(name: str, tool: str | None, ctx: RunContext, suites: Mapping[str, Suite],
             coverage: Mapping[str, SanitizerCoverage]) -> SuiteRun:
+    if seed_suite.split_part(name) is not None:
+        from sanitizers.wrapper import find_compute_sanitizer
+
+        return seed_suite.run_part(name, tool, ctx, lambda: str(find_compute_sanitizer()))
     if name == "sanitize":
         from sanitizers.wrapper import find_compute_sanitizer
 

@@ -74,6 +74,8 @@ def _run(path, dev, k, e, ids, w, x, live=None, check=True):
     check=st.booleans(),
     seed=st.integers(0, 2**31),
 )
+@pytest.mark.mega_sm107("masked-routes")
+@pytest.mark.mega_sm90_mxfp4("fused-equals-fallback")
 def test_kernel_and_torch_path_agree_on_any_routes(
     cuda_device, t, k, e, id_dtype, score_dtype, id_layout, score_layout, bad_frac, check, seed,
 ):
@@ -103,6 +105,7 @@ def test_kernel_and_torch_path_agree_on_any_routes(
     score_dtype=st.sampled_from(SCORE_DTYPES),
     seed=st.integers(0, 2**31),
 )
+@pytest.mark.mega_sm107("sparse-decode")
 def test_device_live_count_equals_eager_prefix(cuda_device, live, k, id_dtype, score_dtype,
                                                seed):
     e = 32

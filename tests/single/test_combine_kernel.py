@@ -100,6 +100,7 @@ def _check_against_oracle(terms, ids, num_tokens, device, *, expect_plan=None):
 
 @pytest.mark.contract("s6.combine-slot-order", "s8.bitwise-stages", "s8.untouched-tail")
 @given(case=combine_cases())
+@pytest.mark.mega_sm107("sparse-decode")
 def test_combine_kernel_equals_oracle_bitwise(cuda_device, case) -> None:
     terms, ids = _case(case["seed"], case["rows"], case["top_k"], case["hidden"],
                        case["masked_p"], case["id_dtype"], case["active_specials"],
@@ -119,6 +120,7 @@ def test_both_kernel_variants_run_and_match(cuda_device, id_dtype, layout, hidde
 
 
 @pytest.mark.contract("s6.inactive-rows-zero")
+@pytest.mark.mega_sm107("sparse-decode")
 def test_all_masked_rows_are_exact_zero_despite_nan_terms(cuda_device) -> None:
     terms, ids = _case(2, 64, 8, 256, 1.0, torch.int32, True, "contig", cuda_device)
     assert bool(terms.isnan().any())
@@ -128,6 +130,7 @@ def test_all_masked_rows_are_exact_zero_despite_nan_terms(cuda_device) -> None:
 
 
 @pytest.mark.contract("s6.combine-slot-order")
+@pytest.mark.mega_sm107("sparse-decode")
 def test_last_row_only_and_negative_zero_terms(cuda_device) -> None:
     rows, top_k, hidden = 129, 4, 64
     terms, ids = _case(3, rows, top_k, hidden, 0.0, torch.int64, False, "contig", cuda_device)
@@ -140,6 +143,7 @@ def test_last_row_only_and_negative_zero_terms(cuda_device) -> None:
     assert bool((out[-1, : hidden // 2].view(torch.int16) == 0).all())
 
 
+@pytest.mark.mega_sm107("sparse-decode")
 def test_zero_tokens_writes_nothing(cuda_device) -> None:
     terms, ids = _case(4, 16, 2, 8, 0.0, torch.int32, False, "contig", cuda_device)
     out = _poisoned(16, 8, cuda_device)
@@ -179,6 +183,7 @@ def _state(seed: int, rows: int, top_k: int, hidden: int, kind: str, device):
 @pytest.mark.contract("s9.replay-equals-eager", "s10.single-rank-replay")
 @pytest.mark.parametrize(("rows", "num_tokens", "top_k", "hidden"),
                          [(4096, 4093, 8, 128), (300, 257, 4, 24), (129, 129, 16, 3)])
+@pytest.mark.mega_sm107("graph-replay")
 def test_combine_graph_replays_changing_contents_equal_eager(
     cuda_device, rows, num_tokens, top_k, hidden
 ) -> None:
@@ -219,6 +224,7 @@ def test_combine_graph_replays_changing_contents_equal_eager(
 
 @pytest.mark.sanitizer
 @pytest.mark.parametrize(("hidden", "plan"), [(24, PLAN_WIDE), (23, PLAN_SCALAR)])
+@pytest.mark.mega_sm107("sanitizer")
 def test_sanitizer_case_combine_small(cuda_device, hidden, plan) -> None:
     """Designated small cases for the compute-sanitizer suite (one process per tool)."""
     terms, ids = _case(22, 37, 4, hidden, 0.4, torch.int32, True, "contig", cuda_device)

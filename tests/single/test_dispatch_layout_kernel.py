@@ -82,6 +82,7 @@ def layout_cases(draw):
 
 @pytest.mark.contract("s8.bitwise-stages")
 @given(case=layout_cases())
+@pytest.mark.mega_sm107("sparse-decode")
 def test_layout_kernel_equals_oracle_bitwise(cuda_device, case) -> None:
     ranks = [
         r.to(cuda_device)
@@ -116,6 +117,7 @@ def test_layout_kernel_equals_oracle_bitwise(cuda_device, case) -> None:
         (1, 2, 8, 1024, "all_masked"),
     ],
 )
+@pytest.mark.mega_sm107("sparse-decode")
 def test_layout_kernel_named_cases(cuda_device, world, capacity, top_k, experts, pattern):
     plan = kernel_plan(LayoutShape(world, capacity, top_k, experts))
     assert plan == (PLAN_ONE_LAUNCH if world == 1 and capacity * top_k <= 2048
@@ -129,6 +131,7 @@ def test_layout_kernel_named_cases(cuda_device, world, capacity, top_k, experts,
 
 @pytest.mark.parametrize(("world", "capacity", "top_k", "experts"),
                          [(3, 777, 5, 12), (1, 250, 8, 12)], ids=["four-launches", "one-launch"])
+@pytest.mark.mega_sm90_mxfp4("guard-bytes")
 def test_layout_kernel_writes_no_byte_outside_its_regions(cuda_device, world, capacity, top_k,
                                                           experts) -> None:
     ranks = [r.to(cuda_device)
@@ -176,6 +179,7 @@ def _stage_state(state, capacity: int, device) -> list[torch.Tensor]:
     ("world", "capacity", "top_k", "experts"),
     [(1, 4096, 8, 128), (4, 300, 4, 32), (8, 160, 16, 64), (1, 256, 8, 256)],
 )
+@pytest.mark.mega_sm107("graph-replay")
 def test_layout_graph_replays_changing_routes_equal_eager_and_oracle(
     cuda_device, world, capacity, top_k, experts
 ) -> None:
@@ -213,6 +217,7 @@ def test_layout_graph_replays_changing_routes_equal_eager_and_oracle(
 
 
 @pytest.mark.sanitizer
+@pytest.mark.mega_sm107("sanitizer")
 def test_sanitizer_case_layout_small(cuda_device) -> None:
     """Designated small case for the compute-sanitizer suite (one process per tool)."""
     world, capacity, top_k, experts = 3, 300, 5, 12

@@ -54,6 +54,7 @@ def test_each_contract_case_takes_its_gemm_variant(cuda_device, recipe, capacity
 @pytest.mark.parametrize(("amplitude", "w13_scale_raise"), [
     (1e-15, 0), (1e-18, 0), (1e-19, 0), (1e-35, 55),
 ])
+@pytest.mark.mega_sm90_mxfp4("tiny-values")
 def test_fp8_mxfp4_tiny_values_stay_finite_non_zero_and_within_the_bound(
         cuda_device, amplitude, w13_scale_raise, capacity) -> None:
     """Issue 7 tiny-value cases: hidden amplitude 1e-15 .. 1e-19, and 1e-35 with the W13
@@ -90,6 +91,8 @@ recipe with a GEMV at a capacity that takes it and at one that takes the wgmma v
 @pytest.mark.sanitizer
 @pytest.mark.parametrize(("recipe", "c"), SANITIZE_LAYERS,
                          ids=[f"{r}-c{c}" for r, c in SANITIZE_LAYERS])
+@pytest.mark.mega_sm107("sanitizer")
+@pytest.mark.mega_sm90_mxfp4("sanitizer")
 def test_sanitizer_case_layer_small(cuda_device, recipe, c) -> None:
     """Designated small case of the whole layer, per recipe and GEMM kind, for the
     compute-sanitizer suite: staging, layout, the gather (widening for fp8_mxfp4), both

@@ -49,15 +49,27 @@ ID_DTYPES = (torch.int32, torch.int64)
 SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+REPLAY_VARIANTS = {"early": (False, None), "late-clamp": (True, 4.0)}
+"""Weighting and clamp of the changing-route replay: every layer case early without a clamp,
+and every recipe at ``C`` again with late weighting and a clamp (issue 40 item 2)."""
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """``(recipe, capacity)`` and ``recipe`` parameters from the chosen backend's recipes."""
+    """``(recipe, capacity[, variant])`` and ``recipe`` parameters from the chosen backend's
+    recipes."""
     from megamoe.backends import BackendError, load_backend
 
     try:
         recipes = load_backend(selected_name(metafunc.config.getoption(OPTION))).info.recipes
     except BackendError:
         recipes = ("bf16",)  # the moe_backend fixture fails every test with the reason
-    if {"recipe", "capacity"} <= set(metafunc.fixturenames):
+    if {"recipe", "capacity", "variant"} <= set(metafunc.fixturenames):
+        cases = [(*c, "early") for c in layer_cases(recipes)] + [
+            (r, C, v) for v in REPLAY_VARIANTS if v != "early" for r in recipes]
+        metafunc.parametrize(("recipe", "capacity", "variant"), cases,
+                             ids=[case_id(r, c) + ("" if v == "early" else f"-{v}")
+                                  for r, c, v in cases])
+    elif {"recipe", "capacity"} <= set(metafunc.fixturenames):
         cases = layer_cases(recipes)
         metafunc.parametrize(("recipe", "capacity"), cases,
                              ids=[case_id(*c) for c in cases])
@@ -113,6 +125,7 @@ is its own test (one xdist worker each; session 32: as one test drawing the case
     score_dtype=st.sampled_from(SCORE_DTYPES),
     seed=st.integers(0, 2**31),
 )
+@pytest.mark.mega_sm107("masked-routes")
 def test_every_live_row_meets_the_oracle(moe_backend, cuda_device, recipe, capacity, t, mask_p,
                                          clamp, late, id_dtype, score_dtype, seed) -> None:
     t = t % (capacity + 1)
@@ -128,6 +141,7 @@ def test_every_live_row_meets_the_oracle(moe_backend, cuda_device, recipe, capac
 
 
 @pytest.mark.contract("s2.masked-any-score", "s8.invariance")
+@pytest.mark.mega_sm107("masked-routes")
 def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(moe_backend, cuda_device, recipe,
                                                              capacity) -> None:
     """docs/contract.md s8 invariance: row 0's bits stay the same whatever the other rows hold,
@@ -155,14 +169,17 @@ def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(moe_backend, cuda_d
 
 
 @pytest.mark.contract("s8.invariance", "s8.untouched-tail", "s9.replay-equals-eager", "s10.single-rank-replay")
+@pytest.mark.mega_sm107("graph-replay")
 def test_changing_route_scenarios_replay_on_one_graph(moe_backend, cuda_device, recipe,
-                                                      capacity) -> None:
+                                                      capacity, variant) -> None:
     """docs/contract.md s10 (single-rank): one captured forward over capacity-shaped buffers,
     17 replays per state, NaN poured into the workspace and the output between states;
     every live row against the oracle, first and last replay bitwise equal to an eager
-    forward, rows past the live count untouched, ``restored`` equal to the first state."""
+    forward, rows past the live count untouched, ``restored`` equal to the first state; early
+    weighting, and late weighting with a clamp (``REPLAY_VARIANTS``)."""
     require_features(moe_backend, "cuda_graphs", "live_tokens", "out_buffer", "workspaces")
-    layer, spec = _layer(moe_backend, cuda_device, recipe=recipe, capacity=capacity)
+    late, clamp = REPLAY_VARIANTS[variant]
+    layer, spec = _layer(moe_backend, cuda_device, clamp, late, recipe, capacity)
     c = capacity
     states = make_sequence(world_size=1, capacity=c, top_k=K, num_experts=E, hidden_size=H,
                            seed=5, device=cuda_device)
@@ -207,6 +224,60 @@ def test_changing_route_scenarios_replay_on_one_graph(moe_backend, cuda_device, 
         assert report.problems == (), (state.name, report)
         first_bits[state.name] = _bits(first[:t])
     assert torch.equal(first_bits["restored"], first_bits[RESTORED_FROM])
+
+
+LONG_REPLAYS = 65
+"""Seed 003: a state's first and 65th captured replay must agree."""
+
+
+def _sparse_or_dense(seed: int, c: int, dense: bool, dev):  # type: ignore[no-untyped-def]
+    """``C`` live rows, every route active, or every third route masked (NaN behind it)."""
+    x, ids, w = _routes(seed, c, 0.0, dev)
+    if not dense:
+        third = (torch.arange(ids.numel(), device=dev) % 3 == 2).view(ids.shape)
+        ids = torch.where(third, -1, ids)
+        w = torch.where(third, float("nan"), w)
+    return x, ids, w
+
+
+@pytest.mark.contract("s9.replay-equals-eager", "s10.single-rank-replay")
+@pytest.mark.mega_sm107("graph-replay")
+@pytest.mark.parametrize("late", [False, True], ids=["early", "late"])
+def test_sparse_to_dense_and_back_first_and_65th_replay(moe_backend, cuda_device, recipe,
+                                                        late) -> None:
+    """Seed 003's sparse-to-dense regression on one rank: one captured forward, the contents
+    changed in place from sparse (every third route masked) to dense (every route) and back;
+    in each phase the 65th replay equals the first bit for bit, the first equals an eager
+    forward, and every live row meets the oracle."""
+    require_features(moe_backend, "cuda_graphs", "out_buffer")
+    layer, spec = _layer(moe_backend, cuda_device, late=late, recipe=recipe)
+    c = C
+    s_x = torch.zeros(c, H, dtype=torch.bfloat16, device=cuda_device)
+    s_ids = torch.full((c, K), -1, dtype=torch.int64, device=cuda_device)
+    s_w = torch.zeros(c, K, dtype=torch.float32, device=cuda_device)
+    out = torch.zeros(c, H, dtype=torch.bfloat16, device=cuda_device)
+    layer.warmup(s_x, s_ids, s_w)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with capture(graph):
+        layer.forward(s_x, s_ids, s_w, out=out)
+    for phase, dense in (("sparse", False), ("dense", True), ("sparse again", False)):
+        x, ids, w = _sparse_or_dense(41, c, dense, cuda_device)
+        s_x.copy_(x)
+        s_ids.copy_(ids)
+        s_w.copy_(w)
+        replays = []
+        for rep in range(LONG_REPLAYS):
+            graph.replay()
+            if rep in (0, LONG_REPLAYS - 1):
+                torch.cuda.synchronize()
+                replays.append(_bits(out))
+        layer.check_errors()
+        assert torch.equal(replays[0], replays[1]), f"{phase}: replay {LONG_REPLAYS} != 1"
+        eager = layer.forward(x, ids, w)
+        assert torch.equal(_bits(eager), replays[0]), f"{phase}: replay != eager"
+        report = compare_rows(eager, oracle_output(spec, W13, W2, x, ids, w), ids, recipe)
+        assert report.problems == (), (phase, report)
 
 
 def _capture_clean(layer: MoEHandle, x, ids, w, out):  # type: ignore[no-untyped-def]

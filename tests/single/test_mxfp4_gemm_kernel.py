@@ -134,6 +134,7 @@ LONG_MX = [(kind, cfg) for kind, cfgs in CONFIGS_BY_FORMAT.items() for cfg in cf
 
 
 @pytest.mark.parametrize(("kind", "cfg"), LONG_MX, ids=[f"{k}-{c.name}" for k, c in LONG_MX])
+@pytest.mark.mega_sm107("sparse-decode")
 def test_a_long_scale_run_is_copied_whole(cuda_device, kind, cfg) -> None:
     """``copy_scales`` loads a batch of vectors before it stores them, the last one of a
     ragged run clamped and not stored: at ``LONG_K`` a vector copied to the wrong place or

@@ -121,6 +121,7 @@ def a2_matches_the_torch_path(quantize, quantize_torch, act, nan_cols: slice, de
 
 
 @pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
+@pytest.mark.mega_sm107("fused-mxfp8-staging")
 def test_mxfp8_gather_kernel_matches_the_torch_path(cuda_device, elem) -> None:
     g = torch.Generator().manual_seed(3)
     src = torch.randint(0, 256, (40, 512), dtype=torch.uint8, generator=g)
@@ -133,6 +134,7 @@ def test_mxfp8_gather_kernel_matches_the_torch_path(cuda_device, elem) -> None:
 
 @pytest.mark.contract("s4.mx-special-blocks", "s4.mxfp8-floor", "s4.mxfp8-rceil")
 @pytest.mark.parametrize(("elem", "mode"), [("e4m3", "rceil"), ("e5m2", "floor")])
+@pytest.mark.mega_sm107("fused-mxfp8-staging")
 def test_mxfp8_a2_kernel_matches_the_torch_path(cuda_device, elem, mode) -> None:
     g = torch.Generator().manual_seed(4)
     m_cap = 640  # the segments of [3, 0, 129, 1] end at 512

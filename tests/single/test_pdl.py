@@ -78,6 +78,7 @@ def test_a_captured_forward_chains_its_kernels_by_programmatic_edges(cuda_device
     layer.destroy()
 
 
+@pytest.mark.mega_sm107("sparse-decode")
 def test_outputs_are_the_same_bits_with_pdl_off(cuda_device, tmp_path: Path) -> None:
     """The other arm runs in a child process (the setting is read at import)."""
     saved = tmp_path / "other.pt"

@@ -79,6 +79,7 @@ def test_scale_bytes_in_registers_give_the_shared_memory_bits(cuda_device, kind,
 
 
 @pytest.mark.parametrize("kind", FORMATS)
+@pytest.mark.mega_sm107("sparse-decode")
 def test_a_k_without_whole_vectors_falls_back_to_the_run(cuda_device, kind) -> None:
     """K = 8832: 276 (NVFP4 552) scale bytes per row, not whole 16-byte vectors; the
     variant copies the run as its twin does, and its rows are the twin's."""

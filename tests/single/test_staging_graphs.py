@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megamoe import RouteError
+from megamoe import ConfigError, RouteError
 from megamoe.graphs import capture
 from megamoe.staging import (
     KERNEL_FORMATS,
@@ -68,6 +68,8 @@ GRAPH_CASES = [
 
 @pytest.mark.contract("s3.tail-rows-emptied", "s9.replay-equals-eager")
 @pytest.mark.parametrize(("fmt", "path"), GRAPH_CASES)
+@pytest.mark.mega_sm107("staging-tails")
+@pytest.mark.mega_sm90_mxfp4("safe-fp8-graphs", "guard-bytes")
 def test_graph_replays_match_eager_and_oracle(cuda_device, fmt, path):
     dev = cuda_device
     gen = torch.Generator().manual_seed(11)
@@ -130,6 +132,74 @@ def test_graph_replays_match_eager_and_oracle(cuda_device, fmt, path):
         if ws.scales is not None:
             assert same_bytes(ws.scales[:t], eager.scales[:t])
     assert len(PHASES) >= 17
+
+
+SAFE_FP8_SHAPES = ((160, 2), (4096, 4), (7168, 8))
+"""(H, K) of seed 001's safe-FP8 staging across graphs: its (4096, 4) and (7168, 8), and for its
+(129, 2) the smallest H our staging takes that is no multiple of 64 (129 is refused by name)."""
+SAFE_FP8_GRAPH_PHASES = (("a", "full", 64), ("b", "changed", 64), ("a", "shrunk", 5),
+                         ("b", "empty", 0), ("a", "restored", 64), ("b", "changed", 33),
+                         ("a", "masked", 64), ("b", "restored", 64))
+
+
+@pytest.mark.contract("s3.tail-rows-emptied", "s9.replay-equals-eager")
+@pytest.mark.mega_sm90_mxfp4("safe-fp8-graphs", "guard-bytes")
+@pytest.mark.parametrize(("h", "k"), SAFE_FP8_SHAPES, ids=[f"{h}-{k}" for h, k in SAFE_FP8_SHAPES])
+def test_safe_fp8_staging_reuses_one_workspace_across_graphs(cuda_device, h, k):
+    """Seed 001: two graphs captured on one safe-FP8 staging workspace (the fused kernel), each
+    over its own capacity-shaped inputs, replayed in turn through full, changed, shrunk, empty,
+    masked and restored contents: after every replay the workspace holds the oracle's bytes of
+    that graph's contents, no byte outside its regions was written and no error is recorded.
+    H = 129 (the seed's first shape) is refused by name before anything is allocated."""
+    dev = cuda_device
+    with pytest.raises(ConfigError, match="hidden_size: expected a multiple of 32, got 129"):
+        StagingWorkspace.create(64, 2, 129, StageFormat("safe_fp8"), dev)
+    c, e = 64, 16
+    fmt = StageFormat("safe_fp8")
+    gen = torch.Generator().manual_seed(29 + h)
+    ws = StagingWorkspace.create(c, k, h, fmt, dev, guard_bytes=64)
+    warmup(ws, id_dtypes=(torch.int64,), score_dtypes=(torch.float32,))
+    inputs = {g: (torch.zeros(c, h, dtype=torch.bfloat16, device=dev),
+                  torch.full((c, k), -1, dtype=torch.int64, device=dev),
+                  torch.zeros(c, k, dtype=torch.float32, device=dev),
+                  torch.full((1,), c, dtype=torch.int32, device=dev)) for g in "ab"}
+    graphs = {}
+    for g, (x, ids, w, live) in inputs.items():
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            stage(ws, x, ids, w, num_experts=e, live_tokens=live, path="kernel")
+        torch.cuda.current_stream().wait_stream(side)
+        graphs[g] = torch.cuda.CUDAGraph()
+        with capture(graphs[g]):
+            res = stage(ws, x, ids, w, num_experts=e, live_tokens=live, path="kernel")
+        assert res.path == "kernel"
+    fill_guards(ws)
+    ws.view("status").zero_()
+    ws.view("row_code").zero_()
+    first: dict[str, tuple] = {}
+    for i, (g, phase, t) in enumerate(SAFE_FP8_GRAPH_PHASES):
+        x, ids, w, live = inputs[g]
+        if phase == "restored":
+            xs, ids_t, w_t = first[g]
+        else:
+            ids_t, w_t = make_routes(gen, t, k, e, mask_frac=1.0 if phase == "masked" else 0.3)
+            xs = make_hidden(gen, t, h)
+            first.setdefault(g, (xs, ids_t, w_t))
+        x.view(torch.int16).fill_(-1)  # rows >= t: garbage (bf16 NaN)
+        ids.fill_(3 * e)
+        w.fill_(float("nan"))
+        x[:t].copy_(xs.to(dev))
+        ids[:t].copy_(ids_t.to(dev))
+        w[:t].copy_(w_t.to(dev))
+        live.fill_(t)
+        graphs[g].replay()
+        torch.cuda.synchronize()
+        exp = oracle_stage(fmt, xs, ids_t, w_t, c)
+        assert mismatches(ws, exp, t) == [], f"replay {i} (graph {g}, {phase}, T={t})"
+        assert guards_intact(ws), f"replay {i}"
+        check_errors(ws)
 
 
 @pytest.mark.contract("s2.route-error-graph")

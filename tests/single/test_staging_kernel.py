@@ -82,6 +82,8 @@ def _ws(fmt, c, k, h, dev, id_dtype, score_dtype):
     g=st.sampled_from(GLOBAL_SCALES),
     seed=st.integers(0, 2**31),
 )
+@pytest.mark.mega_sm107("masked-routes")
+@pytest.mark.mega_sm90_mxfp4("guard-bytes")
 def test_kernel_matches_oracle_bitwise(cuda_device, fmt, h, c, t_frac, k, e, id_dtype,
                                        score_dtype, id_layout, score_layout, regime, g, seed):
     c = min(c, max(1, (1 << 24) // h))  # keep one example's activations under ~32 MB
@@ -109,6 +111,7 @@ def test_kernel_matches_oracle_bitwise(cuda_device, fmt, h, c, t_frac, k, e, id_
 
 
 @pytest.mark.contract("s3.tail-rows-emptied")
+@pytest.mark.mega_sm107("staging-tails")
 def test_kernel_rewrites_capacity_tail_every_call(cuda_device):
     gen = torch.Generator().manual_seed(1)
     fmt = StageFormat("bf16")
@@ -121,6 +124,7 @@ def test_kernel_rewrites_capacity_tail_every_call(cuda_device):
 
 
 @pytest.mark.contract("s1.hidden-formats")
+@pytest.mark.mega_sm107("masked-routes")
 def test_prequant_padded_scale_columns_are_zeroed(cuda_device):
     gen = torch.Generator().manual_seed(2)
     fmt = StageFormat("mxfp8_prequant", "e4m3")
@@ -165,6 +169,7 @@ def _bad_routes(gen, t, k, e, kind, id_dtype, score_dtype, dev):
 @pytest.mark.parametrize("kind", BAD_KINDS)
 @pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("score_dtype", [torch.bfloat16, torch.float64])
+@pytest.mark.mega_sm107("masked-routes")
 def test_kernel_route_error_equals_torch_path_and_oracle(cuda_device, kind, id_dtype,
                                                          score_dtype):
     gen = torch.Generator().manual_seed(3)
@@ -197,6 +202,7 @@ def test_kernel_route_error_equals_torch_path_and_oracle(cuda_device, kind, id_d
 @pytest.mark.contract("s2.caller-dtype-checks", "s2.active-slot-rules", "s3.live-rows-staged")
 @pytest.mark.parametrize(("id_dtype", "score_dtype", "value"),
                          [c[1:] for c in boundary_cases()], ids=[c[0] for c in boundary_cases()])
+@pytest.mark.mega_sm107("staging-tails")
 def test_kernel_judges_every_boundary_value_on_the_callers_dtype(cuda_device, id_dtype,
                                                                  score_dtype, value):
     """The staging kernel at every boundary of docs/contract.md s2 (the host test of the
@@ -214,6 +220,7 @@ def test_kernel_judges_every_boundary_value_on_the_callers_dtype(cuda_device, id
 
 
 @pytest.mark.contract("s2.check-routes-switch", "s3.live-rows-staged", "s3.nan-score-canonical")
+@pytest.mark.mega_sm107("masked-routes")
 def test_checks_off_kernel_stages_without_error(cuda_device, monkeypatch):
     gen = torch.Generator().manual_seed(4)
     monkeypatch.setenv(ENV_VAR, "0")
@@ -232,6 +239,8 @@ def test_checks_off_kernel_stages_without_error(cuda_device, monkeypatch):
 
 @pytest.mark.contract("s3.fused-equals-fallback")
 @pytest.mark.parametrize("fmt", [StageFormat("bf16"), *QUANT_FORMATS], ids=lambda f: f.key)
+@pytest.mark.mega_sm107("staging-tails")
+@pytest.mark.mega_sm90_mxfp4("fallback")
 def test_non_contiguous_hidden_takes_the_torch_path_and_matches(cuda_device, fmt):
     gen = torch.Generator().manual_seed(6)
     t, k, e, c, h = 17, 8, 8, 32, 64
@@ -253,6 +262,8 @@ QUANT_REGIMES = [
 
 @pytest.mark.contract("s3.fused-equals-fallback", "s3.payload-bytes", "s4.element-casts", "s4.mx-special-blocks", "s4.mxfp8-floor", "s4.mxfp8-rceil", "s4.safe-fp8")
 @pytest.mark.parametrize(("fmt", "regime"), QUANT_REGIMES)
+@pytest.mark.mega_sm107("fused-mxfp8-staging")
+@pytest.mark.mega_sm90_mxfp4("fused-equals-fallback")
 def test_quantizing_kernel_equals_torch_path_and_oracle(cuda_device, fmt, regime):
     gen = torch.Generator().manual_seed(7)
     t, k, e, c, h = 300, 8, 64, 512, 7168
@@ -274,6 +285,7 @@ def test_quantizing_kernel_equals_torch_path_and_oracle(cuda_device, fmt, regime
 
 
 @pytest.mark.contract("s3.payload-bytes", "s4.element-casts", "s4.mxfp8-floor", "s4.mxfp8-rceil", "s4.nvfp4", "s4.safe-fp8")
+@pytest.mark.mega_sm107("fused-mxfp8-staging")
 def test_quantizing_kernels_sweep_every_bf16_value(cuda_device):
     """Every positive and negative finite bf16 value appears in some block / row, with
     amaxes across the whole exponent range: kernel bytes == oracle bytes."""
@@ -299,6 +311,7 @@ def test_quantizing_kernels_sweep_every_bf16_value(cuda_device):
 
 
 @pytest.mark.contract("s4.safe-fp8-row-rule")
+@pytest.mark.mega_sm90_mxfp4("fused-equals-fallback")
 def test_safe_fp8_kernel_non_finite_row_equals_torch_path(cuda_device):
     gen = torch.Generator().manual_seed(9)
     fmt = StageFormat("safe_fp8")
@@ -323,6 +336,7 @@ def test_safe_fp8_kernel_non_finite_row_equals_torch_path(cuda_device):
 @pytest.mark.contract("s3.nan-score-canonical")
 @pytest.mark.parametrize("score_dtype", SCORE_DTYPES)
 @pytest.mark.parametrize("check", [True, False])
+@pytest.mark.mega_sm107("masked-routes")
 def test_nan_scores_are_staged_as_the_canonical_nan(cuda_device, monkeypatch, score_dtype,
                                                      check):
     """Any NaN the kernel writes to ``scores`` / ``bad_score`` is the canonical quiet NaN,
@@ -349,6 +363,8 @@ def test_nan_scores_are_staged_as_the_canonical_nan(cuda_device, monkeypatch, sc
 
 
 @pytest.mark.sanitizer
+@pytest.mark.mega_sm107("sanitizer")
+@pytest.mark.mega_sm90_mxfp4("sanitizer")
 def test_sanitizer_case_staging_small(cuda_device):
     """Designated small case of every staging kernel for the compute-sanitizer suite (one
     process per tool, so one test): per format a clean call, a shrink, then bad routes."""
@@ -370,6 +386,8 @@ def test_sanitizer_case_staging_small(cuda_device):
 
 
 @pytest.mark.parametrize("fmt", KERNEL_FORMATS, ids=lambda f: f.key)
+@pytest.mark.mega_sm107("staging-tails")
+@pytest.mark.mega_sm90_mxfp4("fallback")
 def test_hidden_rows_not_16_byte_aligned_take_the_element_variant_and_match(cuda_device, fmt):
     """The kernels pick 16-byte vector loads only for 16-byte aligned hidden rows; rows
     offset by 4 bytes (copy formats, the least the copy accepts) or one element (quantizing
