@@ -15,8 +15,10 @@ from dataclasses import dataclass
 import torch
 
 from oracle.formats import (
+    dequantize_fp8_rows,
     dequantize_mxfp8,
     dequantize_nvfp4,
+    quantize_fp8_rows,
     quantize_mxfp8,
     quantize_nvfp4,
     safe_fp8_dequantize,
@@ -35,7 +37,8 @@ class ActivationRows:
     payload: ``[n, K]`` bf16 (BF16), float8 (MXFP8, SAFE_FP8), or packed uint8 ``[n, K/2]``
         (NVFP4).
     scale: ``None`` (BF16), E8M0 bytes uint8 ``[n, K/32]`` (MXFP8), float8_e4m3fn
-        ``[n, K/16]`` (NVFP4), or the float32 dequant scale ``d [n]`` (SAFE_FP8).
+        ``[n, K/16]`` (NVFP4), the float32 dequant scale ``d [n]`` (SAFE_FP8), or float32
+        block scales ``[n, K/128]`` (FP8_BLOCK).
     global_scale: NVFP4 global decode scale ``g`` (1.0 for other formats).
     """
 
@@ -65,6 +68,8 @@ class ActivationRows:
             return dequantize_nvfp4(self.payload, self.scale, self.global_scale)
         if self.fmt is Format.SAFE_FP8:
             return safe_fp8_dequantize(self.payload, self.scale)
+        if self.fmt is Format.FP8_BLOCK:
+            return dequantize_fp8_rows(self.payload, self.scale)
         raise AssertionError(f"no activation format {self.fmt}")  # the recipe table has none
 
 
@@ -81,6 +86,9 @@ def _quantize_activation(
         return ActivationRows(fmt, packed, scale, g)
     if fmt is Format.SAFE_FP8:
         payload, d = safe_fp8_quantize(x)
+        return ActivationRows(fmt, payload, d)
+    if fmt is Format.FP8_BLOCK:
+        payload, d = quantize_fp8_rows(x)
         return ActivationRows(fmt, payload, d)
     raise AssertionError(f"no activation format {fmt}")  # the recipe table has none
 

@@ -12,6 +12,11 @@ nothing redefines them.
 | ``mxfp8``     | MXFP8 (E4M3 or E5M2) of H  | MXFP8 E4M3         | MXFP8, A1's element, of I  |
 | ``nvfp4``     | NVFP4, g = input scale     | NVFP4, per-expert g| NVFP4, g = layer constant  |
 | ``fp8_mxfp4`` | safe FP8 per token         | MXFP4              | safe FP8 per token         |
+| ``fp8_block`` | FP8, 1 x 128 block scales  | FP8, 128 x 128     | FP8, 1 x 128 block scales  |
+
+``fp8_block`` is the extension of docs/contract.md s12 (not in the shared contract's section 5):
+the DeepSeek-V3 style recipe of FlashInfer's sm90 FP8 MegaMoE backends, so that the harness can
+judge them; our layer does not run it.
 
 The MXFP8 activation element type (E4M3 or E5M2) and the MX scale mode are layer settings
 (``oracle.experts.MoEConfig``), not recipe entries; MXFP8 weights are always E4M3.
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from math import lcm
 
-from oracle.formats import MX_BLOCK, NVFP4_BLOCK
+from oracle.formats import FP8_BLOCK, MX_BLOCK, NVFP4_BLOCK
 
 
 class Format(StrEnum):
@@ -34,6 +39,7 @@ class Format(StrEnum):
     NVFP4 = "nvfp4"
     MXFP4 = "mxfp4"
     SAFE_FP8 = "safe_fp8"
+    FP8_BLOCK = "fp8_block"
 
 
 FORMAT_BLOCK: dict[Format, int] = {
@@ -42,6 +48,7 @@ FORMAT_BLOCK: dict[Format, int] = {
     Format.NVFP4: NVFP4_BLOCK,
     Format.MXFP4: MX_BLOCK,
     Format.SAFE_FP8: 1,  # one scale per row: any row length
+    Format.FP8_BLOCK: FP8_BLOCK,  # weights: also 128 along N (tiles)
 }
 """Elements per scale block along the GEMM's K dimension (1: no block constraint)."""
 
@@ -85,9 +92,12 @@ RECIPES: dict[str, Recipe] = {
         Recipe("mxfp8", Format.MXFP8, Format.MXFP8, Format.MXFP8, 0.02),
         Recipe("nvfp4", Format.NVFP4, Format.NVFP4, Format.NVFP4, 0.06),
         Recipe("fp8_mxfp4", Format.SAFE_FP8, Format.MXFP4, Format.SAFE_FP8, 0.025),
+        Recipe("fp8_block", Format.FP8_BLOCK, Format.FP8_BLOCK, Format.FP8_BLOCK, 0.02),
     )
 }
-"""The four recipes of docs/contract.md s5, by name."""
+"""The four recipes of docs/contract.md s5 and the s12 extension, by name."""
+CONTRACT_RECIPES: tuple[str, ...] = ("bf16", "mxfp8", "nvfp4", "fp8_mxfp4")
+"""The recipes of the shared contract's section 5 (``fp8_block`` is our s12 extension)."""
 
 RECIPE_NAMES: tuple[str, ...] = tuple(RECIPES)
 

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 import torch
 
 from oracle.formats import (
+    FP8_BLOCK,
+    dequantize_fp8_tiles,
     dequantize_mxfp4,
     dequantize_mxfp8,
     dequantize_nvfp4,
     nvfp4_global_scale,
+    quantize_fp8_tiles,
     quantize_mxfp4,
     quantize_mxfp8,
     quantize_nvfp4,
@@ -41,7 +44,8 @@ class ExpertWeights:
         bf16 (BF16), float8_e4m3fn (MXFP8), packed E2M1 uint8 ``[E, 2I, H/2]`` (NVFP4, MXFP4).
     w2: payload of W2 ``[E, H, I]``, formats as ``w13`` (packed: ``[E, H, I/2]``).
     w13_scale, w2_scale: ``None`` (BF16); E8M0 bytes uint8 ``[E, N, K/32]``, columns possibly
-        padded to a multiple of 4 (MXFP8, MXFP4); float8_e4m3fn ``[E, N, K/16]`` (NVFP4).
+        padded to a multiple of 4 (MXFP8, MXFP4); float8_e4m3fn ``[E, N, K/16]`` (NVFP4);
+        float32 ``[E, N/128, K/128]``, one per 128 x 128 tile (FP8_BLOCK).
     w13_global_scale, w2_global_scale: float32 ``[E]`` per-expert NVFP4 global decode scales
         (``None`` for other formats).
 
@@ -83,6 +87,8 @@ class ExpertWeights:
             return dequantize_mxfp8(payload[e], scale[e])
         if fmt is Format.MXFP4:
             return dequantize_mxfp4(payload[e], scale[e])
+        if fmt is Format.FP8_BLOCK:
+            return dequantize_fp8_tiles(payload[e], scale[e])
         assert g is not None
         return dequantize_nvfp4(payload[e], scale[e], g[e : e + 1].view(1, 1))
 
@@ -113,6 +119,7 @@ def _prepare_matrix(
         Format.MXFP8: (torch.float8_e4m3fn,),
         Format.NVFP4: (torch.uint8, torch.float4_e2m1fn_x2),
         Format.MXFP4: (torch.uint8, torch.float4_e2m1fn_x2),
+        Format.FP8_BLOCK: (torch.float8_e4m3fn,),
     }[fmt]
     from_float = scale is None and (fmt is Format.BF16 or w.dtype in _FLOAT_DTYPES)
     if from_float:
@@ -136,6 +143,9 @@ def _prepare_matrix(
         if fmt is Format.MXFP4:
             packed, s = quantize_mxfp4(w, mode=config.mxfp4_mode)
             return packed, s, None
+        if fmt is Format.FP8_BLOCK:
+            payload, s = quantize_fp8_tiles(w)
+            return payload, s, None
         if global_scale is None:
             # Per-expert g = amax / (448 * 6) (docs/contract.md s4). An all-zero expert has no
             # amax to scale by; any g quantizes it to zero codes, so it gets g = 1.
@@ -158,6 +168,16 @@ def _prepare_matrix(
         raise _bad(f"{name}_scale", "None for bf16 weights", "a tensor")
     if not isinstance(scale, torch.Tensor):
         raise _bad(f"{name}_scale", "a torch.Tensor", type(scale).__name__)
+    if fmt is Format.FP8_BLOCK:
+        tiles = (num_experts, rows // FP8_BLOCK, k // FP8_BLOCK)
+        if scale.dtype != torch.float32 or tuple(scale.shape) != tiles:
+            raise _bad(f"{name}_scale", f"float32 {list(tiles)} (one per 128 x 128 tile)",
+                       f"{scale.dtype} {list(scale.shape)}")
+        if scale.device != w.device:
+            raise _bad(f"{name}_scale", f"device {w.device} (that of {name})", scale.device)
+        if global_scale is not None:
+            raise _bad(f"{name}_global_scale", f"None for {fmt} weights", "a value")
+        return w, scale, None
     scale_dtypes = (
         (torch.float8_e4m3fn,) if fmt is Format.NVFP4 else (torch.uint8, torch.float8_e8m0fnu)
     )
@@ -232,7 +252,9 @@ def prepare_weights(
       ``g[e] = amax(|W[e]|) / (448 * 6)`` (one float32 division; ``g = 1`` for an all-zero
       expert), separately for W13 and W2, unless ``w13_global_scale``/``w2_global_scale``
       is given (then that ``g``);
-    - ``fp8_mxfp4``: MXFP4 along K, scale mode ``config.mxfp4_mode``.
+    - ``fp8_mxfp4``: MXFP4 along K, scale mode ``config.mxfp4_mode``;
+    - ``fp8_block``: FP8 E4M3 with one float32 scale per 128 x 128 tile (docs/contract.md
+      s12), on the canonical layout (gate tiles, then up tiles).
 
     Already-quantized weights: pass the payload (float8_e4m3fn for MXFP8; packed uint8 or
     float4_e2m1fn_x2 ``[E, N, K/2]`` for NVFP4/MXFP4) with its scales (``*_scale``: E8M0

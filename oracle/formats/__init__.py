@@ -10,6 +10,8 @@ Pure PyTorch, vectorized, device-agnostic. Public API (API.md):
   :func:`dequantize_mxfp4`;
 - NVFP4: :func:`quantize_nvfp4`, :func:`dequantize_nvfp4`, :func:`nvfp4_global_scale`;
 - safe FP8: :func:`safe_fp8_quantize`, :func:`safe_fp8_dequantize`, :func:`safe_fp8_scale_wire`;
+- FP8 block scales (s12): :func:`quantize_fp8_rows`, :func:`dequantize_fp8_rows`,
+  :func:`quantize_fp8_tiles`, :func:`dequantize_fp8_tiles`, :func:`fp8_block_scale`;
 - packing: :func:`pack_fp4`, :func:`unpack_fp4`, :func:`pad_scale_columns`.
 """
 
@@ -22,6 +24,8 @@ from .constants import (
     E5M2_MAX,
     E5M2_NAN_BYTE,
     E8M0_NAN,
+    FP8_BLOCK,
+    FP8_BLOCK_MIN_SCALE,
     MX_BLOCK,
     NVFP4_BLOCK,
     SAFE_FP8_FMAX,
@@ -31,6 +35,13 @@ from .constants import (
     SCALE_COLUMN_MULTIPLE,
 )
 from .e8m0 import e8m0_decode, e8m0_encode
+from .fp8_block import (
+    dequantize_fp8_rows,
+    dequantize_fp8_tiles,
+    fp8_block_scale,
+    quantize_fp8_rows,
+    quantize_fp8_tiles,
+)
 from .mx import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_mxfp8
 from .nvfp4 import dequantize_nvfp4, nvfp4_global_scale, quantize_nvfp4
 from .packing import pack_fp4, pad_scale_columns, unpack_fp4
@@ -44,6 +55,8 @@ __all__ = [
     "E5M2_MAX",
     "E5M2_NAN_BYTE",
     "E8M0_NAN",
+    "FP8_BLOCK",
+    "FP8_BLOCK_MIN_SCALE",
     "MX_BLOCK",
     "NVFP4_BLOCK",
     "SAFE_FP8_FMAX",
@@ -53,6 +66,8 @@ __all__ = [
     "SCALE_COLUMN_MULTIPLE",
     "cast_e4m3",
     "cast_e5m2",
+    "dequantize_fp8_rows",
+    "dequantize_fp8_tiles",
     "dequantize_mxfp4",
     "dequantize_mxfp8",
     "dequantize_nvfp4",
@@ -60,9 +75,12 @@ __all__ = [
     "e2m1_encode",
     "e8m0_decode",
     "e8m0_encode",
+    "fp8_block_scale",
     "nvfp4_global_scale",
     "pack_fp4",
     "pad_scale_columns",
+    "quantize_fp8_rows",
+    "quantize_fp8_tiles",
     "quantize_mxfp4",
     "quantize_mxfp8",
     "quantize_nvfp4",

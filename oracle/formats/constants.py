@@ -59,6 +59,12 @@ SAFE_FP8_ZERO_SCALE = 1e-30
 SAFE_FP8_WIRE_LANES = 4
 """Safe FP8 dequant scale wire format: ``[T, 4]`` float32, four equal lanes."""
 
+FP8_BLOCK = 128
+"""FP8 block scaling (docs/contract.md s12): activation blocks of 1 x 128 along the row, weight
+tiles of 128 x 128."""
+FP8_BLOCK_MIN_SCALE = 1e-30
+"""The smallest FP8 block scale ``d`` (float32-rounded): ``d = max(amax / 448, 1e-30)``."""
+
 NVFP4_GLOBAL_DIVISOR = E4M3_MAX * E2M1_MAX
 """``g = amax / (448 * 6)``: the per-tensor NVFP4 decode scale divisor."""
 

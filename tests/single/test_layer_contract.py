@@ -21,7 +21,7 @@ from megamoe.backends import LayerSpec, MoEBackend, MoEHandle
 from megamoe.backends.registry import selected_name
 from megamoe.graphs import capture
 from oracle.moe_config import MoEConfig
-from oracle.recipes import RECIPE_NAMES
+from oracle.recipes import CONTRACT_RECIPES
 from oracle.routing import find_route_violations
 from tests.harness.backend_plugin import OPTION
 from tests.layer_check import (
@@ -108,7 +108,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int16).cpu()
 
 
-CASE_EXAMPLES = max(1, settings().max_examples // len(layer_cases(RECIPE_NAMES)))
+CASE_EXAMPLES = max(1, settings().max_examples // len(layer_cases(CONTRACT_RECIPES)))
 """Hypothesis examples per layer case: the profile's budget shared out evenly, so each case
 is its own test (one xdist worker each; session 32: as one test drawing the case, it ran
 402 s on one worker, the longest path of the ``single`` suite) and gets its share for sure."""

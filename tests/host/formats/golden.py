@@ -107,3 +107,18 @@ def check_safe_fp8(quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.
         out += _diff(c["name"], "d", [int(c["d"], 16)], [got_d[i] & 0xFFFFFFFF])
         out += _diff(c["name"], "payload", c["payload"], _bytes(payload[i]))
     return out
+
+
+def check_fp8_block(quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+                    ) -> list[Mismatch]:
+    """``quantize(x [n, 128] float32) -> (payload [n, 128], d [n, 1])``: every golden block as
+    one row (blocks are independent); d compared by its float32 bits (NaN: 0x7FC00000)."""
+    cases = load("fp8_block.json")["cases"]
+    x = torch.stack([f32_from_hex(c["x"]) for c in cases])
+    payload, d = quantize(x)
+    got_d = d.reshape(-1).view(torch.int32).tolist()
+    out: list[Mismatch] = []
+    for i, c in enumerate(cases):
+        out += _diff(c["name"], "d", [int(c["d"], 16)], [got_d[i] & 0xFFFFFFFF])
+        out += _diff(c["name"], "payload", c["payload"], _bytes(payload[i]))
+    return out

@@ -1,0 +1,136 @@
+"""The ``fp8_block`` recipe (docs/contract.md s12): the oracle's forward against an independent
+model written here in numpy and ml_dtypes (float32 operations one at a time, E4M3 casts by
+ml_dtypes), bit for bit, on cases built so that every GEMM has one non-zero product per output
+element; the weights take one scale per 128 x 128 tile; A2 is FP8 (a bf16 A2 would pass the
+tolerance but not these bits); and the recipe table carries it beside the contract's four."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from oracle.experts import MoEConfig, moe_forward, prepare_weights
+from oracle.recipes import CONTRACT_RECIPES, RECIPES, Format, get_recipe
+
+H = INTER = 128
+F32 = np.float32
+
+
+def _blocks_d(amax: np.ndarray) -> np.ndarray:
+    """s12: d = max(float32(amax / 448), 1e-30)."""
+    return np.maximum(amax.astype(F32) / F32(448.0), F32(1e-30))
+
+
+def _e4m3(q: np.ndarray) -> np.ndarray:
+    """float32 values of the E4M3 cast (RNE). Quotients stay below 464, the midpoint past 448,
+    where rounding to nearest and the contract's saturating cast agree."""
+    assert np.all(np.abs(q) < 464)
+    return q.astype(ml_dtypes.float8_e4m3fn).astype(F32)
+
+
+def _deq_rows(x: np.ndarray) -> np.ndarray:
+    """FP8 rows, one block per 128 columns, quantized and dequantized: f32(e4m3(x / d)) * d."""
+    b = x.reshape(x.shape[0], -1, 128).astype(F32)
+    d = _blocks_d(np.abs(b).max(axis=2))[..., None]
+    return (_e4m3(b / d) * d).reshape(x.shape)
+
+
+def _deq_tile(w: np.ndarray) -> np.ndarray:
+    """One 128 x 128 tile, quantized and dequantized with its single scale."""
+    d = _blocks_d(np.abs(w).max())
+    return _e4m3(w.astype(F32) / d) * d
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(F32)
+
+
+def _case(seed: int):  # type: ignore[no-untyped-def]
+    """One expert: gate row j reads hidden column 0, up row j hidden column 1, W2 is diagonal;
+    values spread over several binades so that every quantizer rounds."""
+    rng = np.random.default_rng(seed)
+    g = (rng.standard_normal(INTER) * 4).astype(F32)
+    u = (rng.standard_normal(INTER) * 0.3).astype(F32)
+    v = (rng.standard_normal(H) * 2).astype(F32)
+    w13 = np.zeros((2 * INTER, H), F32)
+    w13[np.arange(INTER), 0] = g
+    w13[INTER + np.arange(INTER), 1] = u
+    w2 = np.zeros((H, INTER), F32)
+    w2[np.arange(H), np.arange(H)] = v
+    x = np.zeros((3, H), F32)
+    x[:, 0] = [1.5, -0.75, 3.0]
+    x[:, 1] = [2.0, 0.6, -1.25]
+    x[:, 2:] = rng.standard_normal((3, H - 2)).astype(F32) * 0.01  # only moves A1's scales
+    x = torch.from_numpy(x).bfloat16().float().numpy()  # bf16-exact hidden rows
+    scores = np.array([0.7, 0.35, 1.9], F32)
+    return w13, w2, x, scores
+
+
+def _model(w13, w2, x, scores, late: bool) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The recipe, written out: K = 1, so the output row is the combine of the slot's one
+    term."""
+    a1 = _deq_rows(x)
+    w13_q = np.concatenate([_deq_tile(w13[:INTER]), _deq_tile(w13[INTER:])])
+    w2_q = _deq_tile(w2)
+    gate = a1[:, 0:1] * w13_q[np.arange(INTER), 0][None, :]  # one product per element
+    up = a1[:, 1:2] * w13_q[INTER + np.arange(INTER), 1][None, :]
+    act = up * gate * _sigmoid(gate)
+    if not late:
+        act = act * scores[:, None]
+    a2 = _deq_rows(act)
+    h2 = a2[:, np.arange(H)] * w2_q[np.arange(H), np.arange(H)][None, :]
+    if late:
+        h2 = h2 * scores[:, None]
+    term = torch.from_numpy(h2).bfloat16().float().numpy()
+    out = F32(0.0) + term  # s6: the combine's float32 sum starts at +0.0 (-0.0 terms give +0.0)
+    return torch.from_numpy(out).bfloat16().view(torch.int16).numpy()
+
+
+@pytest.mark.contract("s12.fp8-block-recipe")
+@pytest.mark.parametrize("late", [False, True], ids=["early", "late"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_oracle_forward_equals_an_independent_model_bit_for_bit(seed: int, late: bool
+                                                                    ) -> None:
+    w13, w2, x, scores = _case(seed)
+    config = MoEConfig("fp8_block", 1, 1, H, INTER, late_weighting=late)
+    weights = prepare_weights(torch.from_numpy(w13)[None], torch.from_numpy(w2)[None], config)
+    out = moe_forward(torch.from_numpy(x).bfloat16(), torch.zeros(3, 1, dtype=torch.int64),
+                      torch.from_numpy(scores)[:, None], weights, config)
+    want = _model(w13, w2, x, scores, late)
+    assert np.array_equal(out.view(torch.int16).numpy(), want)
+
+
+@pytest.mark.contract("s12.fp8-block-recipe")
+def test_a_bf16_a2_or_row_block_weights_would_change_the_bits() -> None:
+    """The model's own near misses differ from the oracle: the test above can fail."""
+    w13, w2, x, scores = _case(0)
+    config = MoEConfig("fp8_block", 1, 1, H, INTER)
+    weights = prepare_weights(torch.from_numpy(w13)[None], torch.from_numpy(w2)[None], config)
+    out = moe_forward(torch.from_numpy(x).bfloat16(), torch.zeros(3, 1, dtype=torch.int64),
+                      torch.from_numpy(scores)[:, None], weights, config).view(torch.int16)
+    global _deq_rows
+    saved = _deq_rows
+    try:
+        def bf16_a2(v: np.ndarray) -> np.ndarray:
+            return saved(v) if v is x else torch.from_numpy(v).bfloat16().float().numpy()
+
+        _deq_rows = bf16_a2
+        assert not np.array_equal(out.numpy(), _model(w13, w2, x, scores, False))
+    finally:
+        _deq_rows = saved
+    assert weights.w13_scale.shape == (1, 2, 1) and weights.w2_scale.shape == (1, 1, 1)
+    want = _blocks_d(np.abs(w13[:INTER]).max())
+    assert weights.w13_scale[0, 0, 0].item() == float(want)
+
+
+@pytest.mark.contract("s12.fp8-block-recipe")
+def test_the_recipe_table_carries_the_extension_beside_the_contract_recipes() -> None:
+    assert set(RECIPES) == {*CONTRACT_RECIPES, "fp8_block"}
+    r = get_recipe("fp8_block")
+    assert (r.a1, r.weights, r.a2, r.rel_l2_tolerance) == (
+        Format.FP8_BLOCK, Format.FP8_BLOCK, Format.FP8_BLOCK, 0.02)
+    assert (r.hidden_multiple, r.intermediate_multiple) == (128, 128)
+    with pytest.raises(ValueError, match="hidden_size: expected a multiple of 128"):
+        MoEConfig("fp8_block", 2, 1, 64, 128)
