@@ -186,7 +186,8 @@ def check_kernel(kernel: Callable, weights: ExpertWeights, config: MoEConfig, *,
                                         "; ".join(report.problems)))
             if terms is not None:
                 checked.append(f"{name} rank {r}: output vs the combine of its own terms")
-                combined = masked_combine(terms, staged_ids)
+                combined = masked_combine(terms, staged_ids,
+                                          staged_w if config.combine_weighting else None)
                 differ = (combined.view(torch.int16) != out.view(torch.int16)).any(dim=1)
                 for row in differ.nonzero().flatten().tolist():
                     failures.append(Failure(

@@ -161,4 +161,6 @@ def ep_forward(
                 out[a:b] = expert_block(recv[a:b], recv_scores[a:b], e, weights, config)
         terms_all[src, row, slot] = out
 
-    return [masked_combine(terms_all[r], staged_ids[r])[: tokens[r]] for r in range(world_size)]
+    weighted = staged_scores if config.combine_weighting else [None] * world_size
+    return [masked_combine(terms_all[r], staged_ids[r], weighted[r])[: tokens[r]]
+            for r in range(world_size)]

@@ -15,7 +15,8 @@ def _bad(argument: str, expected: object, actual: object) -> ValueError:
     return ValueError(f"{argument}: expected {expected}, got {actual}")
 
 
-def masked_combine(terms: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+def masked_combine(terms: torch.Tensor, topk_ids: torch.Tensor,
+                   scores: torch.Tensor | None = None) -> torch.Tensor:
     """``out[t] = bf16(sum over active k = 0..K-1 of float32(terms[t, k]))`` (docs/contract.md s6).
 
     - ``terms``: bf16 ``[T, K, H]``; ``topk_ids``: int32/int64 ``[T, K]``; slot ``(t, k)`` is
@@ -27,6 +28,10 @@ def masked_combine(terms: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
       behind them cannot leak, and a row with no active slot is exactly ``+0.0`` in every
       column. (Consequence of the ``+0.0`` start: a row whose active terms are all ``-0.0``
       yields ``+0.0``.)
+
+    - ``scores`` (combine weighting, docs/contract.md s12.combine-weighting): float32 staged
+      scores ``[T, K]``; each active term is first multiplied by its score, one float32
+      multiplication (``float32(score * float32(term))``), then added as above.
 
     Returns a new contiguous bf16 ``[T, H]`` tensor on the inputs' device. Inputs may have any
     strides and are never written. Raises ``ValueError`` naming the argument on bad metadata.
@@ -49,11 +54,20 @@ def masked_combine(terms: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
         )
     if topk_ids.device != terms.device:
         raise _bad("topk_ids", f"device {terms.device} (that of terms)", topk_ids.device)
+    if scores is not None and (not isinstance(scores, torch.Tensor)
+                               or scores.dtype != torch.float32
+                               or scores.shape != topk_ids.shape
+                               or scores.device != terms.device):
+        raise _bad("scores", f"None or float32 {tuple(topk_ids.shape)} on {terms.device} "
+                   "(staged scores)", getattr(scores, "dtype", type(scores).__name__))
     num_tokens, top_k, hidden = terms.shape
     active = (topk_ids != MASKED_ID).unsqueeze(-1)  # [T, K, 1]
     acc = torch.zeros((num_tokens, hidden), dtype=torch.float32, device=terms.device)
     for k in range(top_k):
         # where(active, acc + term, acc): a masked slot leaves acc untouched (not "acc + 0",
         # which would also turn an accumulated -0.0 into +0.0 and let NaN in via 0 * NaN).
-        acc = torch.where(active[:, k], acc + terms[:, k].to(torch.float32), acc)
+        term = terms[:, k].to(torch.float32)
+        if scores is not None:
+            term = scores[:, k : k + 1] * term
+        acc = torch.where(active[:, k], acc + term, acc)
     return acc.to(torch.bfloat16)

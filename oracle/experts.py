@@ -175,4 +175,5 @@ def moe_forward(
     t = num_hidden_rows(hidden)
     ids, scores = stage_routes(topk_ids, topk_weights, max(t, 1))
     ids, scores = ids[:t], scores[:t]
-    return masked_combine(expert_terms(hidden, ids, scores, weights, config), ids)
+    weighted = scores if config.combine_weighting else None
+    return masked_combine(expert_terms(hidden, ids, scores, weights, config), ids, weighted)

@@ -9,7 +9,8 @@ Per active slot (token t, slot k, expert e), exactly as docs/contract.md s5:
 4. early weighting (default): ``act *= score`` (one float32 multiply);
 5. ``A2 = quantize(act)`` in the recipe's A2 format, ``h2 = deq(A2) @ deq(W2[e]).T``;
 6. late weighting: ``h2 *= score``;
-7. ``term[t, k] = bf16(h2)``: one rounding per slot.
+7. ``term[t, k] = bf16(h2)``: one rounding per slot (combine weighting, s12: no score yet;
+   the combine multiplies it).
 
 How the oracle makes every slot's term depend on that slot alone (docs/contract.md s7, s8: the
 same row gives the same bits whatever the other rows, their order, or the world size):
@@ -123,7 +124,7 @@ def expert_block(
     gate, up = split_gate_up(h1, config.intermediate_size)
     act = swiglu(gate, up, config.clamp)
     score = scores.to(torch.float32).unsqueeze(1)
-    if not config.late_weighting:
+    if not (config.late_weighting or config.combine_weighting):
         act = act * score
     try:
         a2 = quantize_a2(act, config)

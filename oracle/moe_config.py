@@ -46,12 +46,15 @@ def _scale_columns(fmt: Format, k: int) -> tuple[int, ...]:
 class MoEConfig:
     """One MoE layer's settings, validated once at construction (docs/contract.md s0, s5).
 
-    recipe: a key of ``oracle.recipes.RECIPES`` (``bf16``, ``mxfp8``, ``nvfp4``, ``fp8_mxfp4``).
+    recipe: a key of ``oracle.recipes.RECIPES`` (``bf16``, ``mxfp8``, ``nvfp4``, ``fp8_mxfp4``,
+        and the s12 extension ``fp8_block``).
     num_experts (E), top_k (K), hidden_size (H), intermediate_size (I): positive ints; H and I
         must be multiples of the recipe's block sizes (``Recipe.hidden_multiple`` and
         ``Recipe.intermediate_multiple``: 32 for MX formats, 16 for NVFP4).
     clamp: ``None`` (no clamp) or a finite ``c >= 0``, rounded once to float32.
     late_weighting: ``False`` (default): ``act *= score`` before A2; ``True``: ``h2 *= score``.
+    combine_weighting: ``True``: the score multiplies the slot's bf16 term in the combine
+        instead (docs/contract.md s12.combine-weighting; ``late_weighting`` must be False).
     mxfp8_elem: the MXFP8 activation element (``"e4m3"`` or ``"e5m2"``; A1 and A2 alike).
     mxfp8_mode: MX scale mode for MXFP8 activations and weights (``"rceil"`` or ``"floor"``).
     mxfp4_mode: MX scale mode for MXFP4 weights (``"rceil"`` or ``"floor"``).
@@ -73,6 +76,7 @@ class MoEConfig:
     mxfp4_mode: str = "rceil"
     nvfp4_input_scale: float = 1.0
     nvfp4_a2_scale: float = 1.0
+    combine_weighting: bool = False
 
     def __post_init__(self) -> None:
         recipe = get_recipe(self.recipe)
@@ -97,6 +101,11 @@ class MoEConfig:
             object.__setattr__(self, "clamp", c)
         if not isinstance(self.late_weighting, bool):
             raise _bad("late_weighting", "a bool", repr(self.late_weighting))
+        if not isinstance(self.combine_weighting, bool):
+            raise _bad("combine_weighting", "a bool", repr(self.combine_weighting))
+        if self.combine_weighting and self.late_weighting:
+            raise _bad("combine_weighting", "False when late_weighting is True (one place for "
+                       "the score)", True)
         if self.mxfp8_elem not in MXFP8_ELEMS:
             raise _bad("mxfp8_elem", f"one of {MXFP8_ELEMS}", repr(self.mxfp8_elem))
         for name in ("mxfp8_mode", "mxfp4_mode"):
