@@ -8,6 +8,8 @@
 #   emulated world of 2 ranks on the one GPU (real when the machine has 2 GPUs); "multi 4"
 #   likewise; "multi 2 memcheck" (or synccheck, ...): the tier's designated cases with
 #   every rank's process under that tool
+#   run(command="bash devtools/device_qualify.sh seed mega_sm107", ...): a seeds' named suite
+#   (its single, multi and sanitize parts in one record; MEGAMOE_SEED_TIMEOUT s per part)
 # A call returns at most 8 files from $OUT; qualify.py writes one log and one JUnit report
 # per suite or sanitized case (the sanitize suite about 25 per tool), so everything is
 # written under /tmp and $OUT gets: records/<suggested_record_name> (the records to commit
@@ -24,7 +26,7 @@
 # under MEGAMOE_SANITIZE_TIMEOUT s (default 420; session 32: racecheck passed 280 s with 15
 # cases, the other three finished inside it).
 set -u
-what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool]}
+what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P]}
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
@@ -60,7 +62,12 @@ case "$what" in
     python3 qualify.py --suite multi --world-size "$p" "${tool[@]}" --require-arch sm_90 \
       --timeout "${MEGAMOE_MULTI_TIMEOUT:-560}" --output-dir "$Q/$label" > "$Q/$label.log" 2>&1
     echo "$label rc=$?" >> "$Q/rc.txt" ;;
-  *) echo "unknown: $what (single, sanitize or multi)"; exit 2 ;;
+  seed)
+    name=${2:?usage: seed mega_sm107|mega_sm90_mxfp4 [P]}
+    python3 qualify.py --suite "$name" --world-size "${3:-2}" --require-arch sm_90 \
+      --timeout "${MEGAMOE_SEED_TIMEOUT:-500}" --output-dir "$Q/$name" > "$Q/$name.log" 2>&1
+    echo "$name rc=$?" >> "$Q/rc.txt" ;;
+  *) echo "unknown: $what (single, sanitize, multi or seed)"; exit 2 ;;
 esac
 for rec in "$Q"/*/qualification.json; do
   [ -f "$rec" ] || continue

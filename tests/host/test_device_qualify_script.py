@@ -206,3 +206,14 @@ def test_a_multi_call_brings_back_its_record_and_passes_the_world_size(tmp_path,
     assert argv[argv.index("--world-size") + 1] == size
     assert ("--sanitizer-tool" in argv) == bool(tool)
     assert len(_files(out)) <= DEVICE_FILE_LIMIT
+
+
+def test_a_seed_suite_call_brings_back_its_record(tmp_path) -> None:
+    rc, out = _run(tmp_path, "seed", tool="mega_sm90_mxfp4 4")
+    assert rc == 0
+    records = sorted(p.name for p in (out / "records").iterdir())
+    assert records == ["20261203T000000Z_mega_sm90_mxfp4_abc.json"]
+    argv = json.loads((out / "records" / records[0]).read_text())["argv"]
+    assert argv[argv.index("--suite") + 1] == "mega_sm90_mxfp4"
+    assert argv[argv.index("--world-size") + 1] == "4"
+    assert len(_files(out)) <= DEVICE_FILE_LIMIT
