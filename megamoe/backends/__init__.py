@@ -3,6 +3,7 @@
 
 from megamoe.backends.api import (
     FEATURES,
+    WEIGHTINGS,
     BackendInfo,
     LayerSpec,
     MoEBackend,
@@ -13,5 +14,5 @@ from megamoe.backends.api import (
 )
 from megamoe.backends.registry import BackendError, load_backend, selected_name
 
-__all__ = ["FEATURES", "BackendError", "BackendInfo", "LayerSpec", "MoEBackend", "MoEHandle",
+__all__ = ["FEATURES", "WEIGHTINGS", "BackendError", "BackendInfo", "LayerSpec", "MoEBackend", "MoEHandle",
            "as_kernel", "device_refusal", "feature_refusal", "load_backend", "selected_name"]

@@ -63,6 +63,9 @@ class BackendInfo:
     recipes: the recipes of ``oracle.recipes.RECIPES`` it implements; the contract tests run
         each of them.
     features: a subset of ``FEATURES``.
+    weightings: the places it applies the score, of ``WEIGHTINGS``; the first is the one the
+        contract tests ask for when the rule they check is not about weighting (the contract
+        requires early and late: a test checks that the backend declares both).
     """
 
     name: str
@@ -70,6 +73,7 @@ class BackendInfo:
     archs: tuple[str, ...]
     recipes: tuple[str, ...]
     features: frozenset[str] = field(default_factory=frozenset)
+    weightings: tuple[str, ...] = ("early", "late")
 
     def __post_init__(self) -> None:
         if not (isinstance(self.name, str) and self.name):
@@ -79,12 +83,16 @@ class BackendInfo:
             raise _bad("BackendInfo.features", f"a subset of {sorted(FEATURES)}", unknown)
         if not self.recipes:
             raise _bad("BackendInfo.recipes", "at least one recipe", "none")
+        if not self.weightings or set(self.weightings) - set(WEIGHTINGS):
+            raise _bad("BackendInfo.weightings", f"some of {list(WEIGHTINGS)}",
+                       list(self.weightings))
         object.__setattr__(self, "features", frozenset(self.features))
 
     def as_record(self) -> dict[str, object]:
         """The ``moe_backend`` entry of a qualification record."""
         return {"name": self.name, "version": self.version, "archs": list(self.archs),
-                "recipes": list(self.recipes), "features": sorted(self.features)}
+                "recipes": list(self.recipes), "features": sorted(self.features),
+                "weightings": list(self.weightings)}
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,15 @@ class LayerSpec:
         c = self.capacity
         if isinstance(c, bool) or not isinstance(c, int) or c < 1:
             raise _bad("LayerSpec.capacity", "an int >= 1", repr(c))
+
+
+WEIGHTINGS: dict[str, dict[str, bool]] = {
+    "early": {},
+    "late": {"late_weighting": True},
+    "combine": {"combine_weighting": True},
+}
+"""Where a layer applies the router score (docs/contract.md s5.weighting, s12.combine-weighting),
+by name, with the ``MoEConfig`` fields that ask for it."""
 
 
 def device_arch(device: torch.device) -> str:

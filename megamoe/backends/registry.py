@@ -18,6 +18,7 @@ ENV = "MEGAMOE_MOE_BACKEND"
 DEFAULT = "megamoe"
 REGISTERED: dict[str, str] = {
     "megamoe": "megamoe.backends.megamoe_layer:BACKEND",
+    "flashinfer-sm90-cake": "megamoe.backends.flashinfer_sm90:CAKE",
 }
 """Backend name -> ``module:attribute`` of its ``MoEBackend`` object (imported on use)."""
 

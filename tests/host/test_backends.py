@@ -30,6 +30,7 @@ from megamoe.backends import (
 from megamoe.backends.registry import ENV
 from oracle.check_kernel import check_kernel
 from oracle.moe_config import MoEConfig
+from oracle.recipes import RECIPE_NAMES
 from oracle.weights import prepare_weights
 from tests.harness.ledger import judged_ours
 from tests.harness.preflight import check_gpus, check_moe_backend
@@ -67,7 +68,8 @@ def test_the_default_backend_is_our_layer_and_the_option_or_environment_override
 
 
 @pytest.mark.parametrize(("name", "message"), [
-    ("nope", r"moe backend 'nope': expected one of \['megamoe'\] or 'package.module:attribute'"),
+    ("nope", r"moe backend 'nope': expected one of \['flashinfer-sm90-cake', 'megamoe'\] or "
+             r"'package.module:attribute'"),
     ("no_such_pkg.mod:X", r"cannot import no_such_pkg.mod"),
     ("tests.host.backend_doubles:MISSING", r"has no 'MISSING'"),
     ("tests.host.backend_doubles:NOT_A_BACKEND", r"is not a MoEBackend"),
@@ -240,9 +242,8 @@ def test_a_foreign_backend_runs_the_contract_tests_only_with_its_recipes() -> No
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ids = [line for line in proc.stdout.splitlines() if "::" in line]
     assert ids and all("test_layer_contract.py" in i for i in ids)
-    recipes = {i.split("[")[1].rstrip("]").split("-")[0] for i in ids
-               if "[" in i and "floor" not in i}
-    assert recipes == {"bf16"}, recipes
+    tokens = {tok for i in ids if "[" in i for tok in i.split("[")[1].rstrip("]").split("-")}
+    assert tokens & set(RECIPE_NAMES) == {"bf16"}, tokens
     assert "deselected" in proc.stdout
     ours = _pytest("--collect-only", "-q", "tests/single/test_layer.py",
                    "tests/single/test_layer_contract.py")
@@ -254,6 +255,6 @@ def test_a_backend_name_that_loads_nothing_fails_the_contract_tests_with_the_rea
                    "tests/single/test_layer_contract.py::"
                    "test_eager_route_error_and_bad_metadata_write_nothing")
     assert proc.returncode == 1, proc.stdout
-    assert "moe backend 'nope': expected one of ['megamoe']" in proc.stdout
+    assert "moe backend 'nope': expected one of ['flashinfer-sm90-cake', 'megamoe']" in proc.stdout
     assert "1 error" in proc.stdout  # the fixture fails: an error, never a skip
     assert "skipped" not in proc.stdout

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, RESTORED_FROM, make_sequence
 from megamoe import ConfigError, RouteError
-from megamoe.backends import LayerSpec, MoEBackend, MoEHandle
+from megamoe.backends import WEIGHTINGS, LayerSpec, MoEBackend, MoEHandle
 from megamoe.backends.registry import selected_name
 from megamoe.graphs import capture
 from oracle.moe_config import MoEConfig
@@ -49,9 +49,10 @@ ID_DTYPES = (torch.int32, torch.int64)
 SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-REPLAY_VARIANTS = {"early": (False, None), "late-clamp": (True, 4.0)}
-"""Weighting and clamp of the changing-route replay: every layer case early without a clamp,
-and every recipe at ``C`` again with late weighting and a clamp (issue 40 item 2)."""
+REPLAY_VARIANTS = {"default": (None, None), "late-clamp": ("late", 4.0)}
+"""Weighting and clamp of the changing-route replay: every layer case with the backend's
+first weighting (ours: early) and no clamp, and every recipe at ``C`` again with late
+weighting and a clamp (issue 40 item 2)."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -60,14 +61,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     from megamoe.backends import BackendError, load_backend
 
     try:
-        recipes = load_backend(selected_name(metafunc.config.getoption(OPTION))).info.recipes
-    except BackendError:
-        recipes = ("bf16",)  # the moe_backend fixture fails every test with the reason
+        info = load_backend(selected_name(metafunc.config.getoption(OPTION))).info
+        recipes, weightings = info.recipes, info.weightings
+    except BackendError:  # the moe_backend fixture fails every test with the reason
+        recipes, weightings = ("bf16",), ("early",)
+    if "weighting" in metafunc.fixturenames:
+        metafunc.parametrize("weighting", weightings)
     if {"recipe", "capacity", "variant"} <= set(metafunc.fixturenames):
-        cases = [(*c, "early") for c in layer_cases(recipes)] + [
-            (r, C, v) for v in REPLAY_VARIANTS if v != "early" for r in recipes]
+        cases = [(*c, "default") for c in layer_cases(recipes)] + [
+            (r, C, v) for v in REPLAY_VARIANTS if v != "default" for r in recipes]
         metafunc.parametrize(("recipe", "capacity", "variant"), cases,
-                             ids=[case_id(r, c) + ("" if v == "early" else f"-{v}")
+                             ids=[case_id(r, c) + ("" if v == "default" else f"-{v}")
                                   for r, c, v in cases])
     elif {"recipe", "capacity"} <= set(metafunc.fixturenames):
         cases = layer_cases(recipes)
@@ -89,11 +93,14 @@ def _spec(recipe: str = "bf16", capacity: int = C, **kw: object) -> LayerSpec:
     return LayerSpec(MoEConfig(recipe, E, K, H, INTER, **kw), capacity)  # type: ignore[arg-type]
 
 
-def _layer(backend: MoEBackend, dev, clamp=None, late=False, recipe="bf16",  # type: ignore[no-untyped-def]
+def _layer(backend: MoEBackend, dev, clamp=None, weighting=None, recipe="bf16",  # type: ignore[no-untyped-def]
            capacity=C) -> tuple[MoEHandle, LayerSpec]:
-    key = (backend.info.name, str(dev), clamp, late, recipe, capacity)
+    """The backend's layer (cached); ``weighting`` a name of ``WEIGHTINGS`` (None: the
+    backend's first)."""
+    weighting = weighting or backend.info.weightings[0]
+    key = (backend.info.name, str(dev), clamp, weighting, recipe, capacity)
     if key not in _LAYERS:
-        spec = _spec(recipe, capacity, clamp=clamp, late_weighting=late)
+        spec = _spec(recipe, capacity, clamp=clamp, **WEIGHTINGS[weighting])
         _LAYERS[key] = (build_layer(backend, spec, W13, W2, dev), spec)
     return _LAYERS[key]
 
@@ -120,16 +127,19 @@ is its own test (one xdist worker each; session 32: as one test drawing the case
     t=st.integers(0, C),
     mask_p=st.sampled_from((0.0, 0.3, 0.9, 1.0)),
     clamp=st.sampled_from((None, 0.25, 4.0)),
-    late=st.booleans(),
+    weighting_pick=st.integers(0, len(WEIGHTINGS) - 1),
     id_dtype=st.sampled_from(ID_DTYPES),
     score_dtype=st.sampled_from(SCORE_DTYPES),
     seed=st.integers(0, 2**31),
 )
 @pytest.mark.mega_sm107("masked-routes")
 def test_every_live_row_meets_the_oracle(moe_backend, cuda_device, recipe, capacity, t, mask_p,
-                                         clamp, late, id_dtype, score_dtype, seed) -> None:
+                                         clamp, weighting_pick, id_dtype, score_dtype,
+                                         seed) -> None:
     t = t % (capacity + 1)
-    layer, spec = _layer(moe_backend, cuda_device, clamp, late, recipe, capacity)
+    declared = moe_backend.info.weightings  # each place the backend applies the score
+    weighting = declared[weighting_pick % len(declared)]
+    layer, spec = _layer(moe_backend, cuda_device, clamp, weighting, recipe, capacity)
     x, ids, w = _routes(seed, t, mask_p, cuda_device, id_dtype, score_dtype)
     before = [v.clone() for v in (x, ids, w)]
     out = layer.warmup(x, ids, w)
@@ -179,8 +189,8 @@ def test_changing_route_scenarios_replay_on_one_graph(moe_backend, cuda_device, 
     ``restored`` equal to the first state; early weighting, and late weighting with a clamp
     (``REPLAY_VARIANTS``)."""
     require_features(moe_backend, "cuda_graphs", "live_tokens", "out_buffer", "workspaces")
-    late, clamp = REPLAY_VARIANTS[variant]
-    layer, spec = _layer(moe_backend, cuda_device, clamp, late, recipe, capacity)
+    weighting, clamp = REPLAY_VARIANTS[variant]
+    layer, spec = _layer(moe_backend, cuda_device, clamp, weighting, recipe, capacity)
     c = capacity
     states = make_sequence(world_size=1, capacity=c, top_k=K, num_experts=E, hidden_size=H,
                            seed=5, device=cuda_device)
@@ -228,6 +238,17 @@ def test_changing_route_scenarios_replay_on_one_graph(moe_backend, cuda_device, 
     assert torch.equal(first_bits["restored"], first_bits[RESTORED_FROM])
 
 
+@pytest.mark.contract("s5.weighting")
+def test_the_backend_applies_the_score_early_and_late(moe_backend) -> None:
+    """docs/contract.md s5: a layer weights early (before A2) or late (after FC2), as asked;
+    a backend that declares only some places of the score fails here, and the row tests run
+    for the places it declares."""
+    missing = {"early", "late"} - set(moe_backend.info.weightings)
+    assert not missing, (f"backend {moe_backend.info.name} does not apply the score "
+                         f"{' or '.join(sorted(missing))} (it declares "
+                         f"{', '.join(moe_backend.info.weightings)})")
+
+
 LONG_REPLAYS = 65
 """Seed 003: a state's first and 65th captured replay must agree."""
 
@@ -244,25 +265,22 @@ def _sparse_or_dense(seed: int, c: int, dense: bool, dev):  # type: ignore[no-un
 
 @pytest.mark.contract("s9.replay-equals-eager", "s10.single-rank-replay")
 @pytest.mark.mega_sm107("graph-replay")
-@pytest.mark.parametrize("late", [False, True], ids=["early", "late"])
 def test_sparse_to_dense_and_back_first_and_65th_replay(moe_backend, cuda_device, recipe,
-                                                        late) -> None:
-    """Seed 003's sparse-to-dense regression on one rank: one captured forward, the contents
-    changed in place from sparse (every third route masked) to dense (every route) and back;
-    in each phase the 65th replay equals the first bit for bit, the first equals an eager
-    forward, and every live row meets the oracle."""
-    require_features(moe_backend, "cuda_graphs", "out_buffer")
-    layer, spec = _layer(moe_backend, cuda_device, late=late, recipe=recipe)
+                                                        weighting) -> None:
+    """Seed 003's sparse-to-dense regression on one rank: one captured forward (all C rows
+    live, its output the graph's own tensor), the contents changed in place from sparse
+    (every third route masked) to dense (every route) and back; in each phase the 65th replay
+    equals the first bit for bit, the first equals an eager forward, and every live row meets
+    the oracle; for every weighting the backend declares."""
+    require_features(moe_backend, "cuda_graphs")
+    layer, spec = _layer(moe_backend, cuda_device, weighting=weighting, recipe=recipe)
     c = C
-    s_x = torch.zeros(c, H, dtype=torch.bfloat16, device=cuda_device)
-    s_ids = torch.full((c, K), -1, dtype=torch.int64, device=cuda_device)
-    s_w = torch.zeros(c, K, dtype=torch.float32, device=cuda_device)
-    out = torch.zeros(c, H, dtype=torch.bfloat16, device=cuda_device)
+    s_x, s_ids, s_w = _sparse_or_dense(41, c, True, cuda_device)
     layer.warmup(s_x, s_ids, s_w)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with capture(graph):
-        layer.forward(s_x, s_ids, s_w, out=out)
+        out = layer.forward(s_x, s_ids, s_w)
     for phase, dense in (("sparse", False), ("dense", True), ("sparse again", False)):
         x, ids, w = _sparse_or_dense(41, c, dense, cuda_device)
         s_x.copy_(x)
