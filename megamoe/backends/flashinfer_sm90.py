@@ -1,22 +1,27 @@
-"""FlashInfer's sm90 MegaMoE as backends of the contract suites (``megamoe.backends.api``).
+"""FlashInfer's sm90 MegaMoE as backends of the contract suites (``megamoe.backends.api``), from
+``flashinfer-python`` 0.7.2.post1, loaded by ``megamoe.backends.flashinfer_loader`` (in a
+process of its own: FlashInfer needs a newer CuTe DSL than ours). At EP1 a layer bootstraps
+its own gloo group when no torchrun environment is set.
 
-``flashinfer-sm90-cake``: ``bf16_bf16_bf16_push_cake`` of ``flashinfer-python`` 0.7.2.post1,
-loaded by ``megamoe.backends.flashinfer_loader`` (its own process: FlashInfer needs a newer
-CuTe DSL than ours). At EP1 the layer bootstraps its own gloo group when no torchrun
-environment is set. What the adapter does and does not do:
+``flashinfer-sm90-fp8-pull``: ``fp8_fp8_bf16_pull_cutedsl`` with ``fp8_scale_mode="blockwise"``
+(1 x 128 activation and 128 x 128 weight scales: recipe ``fp8_block``, docs/contract.md s12);
+the score is applied before FC2 (early), its ``gate_up_clamp`` is the contract's clamp; other
+settings are FlashInfer's defaults (``fast_math``, its A2 in 1 x 64 blocks, its own weight
+layout), which the section 8 tolerance judges.
 
-- it converts the caller's ids to int32 and scores to float32, the only dtypes the backend
-  takes (lossless for the contract's valid routes);
-- it declares only what FlashInfer provides itself: CUDA graphs (capture ``forward`` after
-  ``warmup``); no device live count, no caller ``out`` buffer of more than ``T`` rows (its
-  runner needs exactly ``[T, H]``), no route errors (an out-of-range id traps the device and
-  ends the CUDA context, so the suites never send one), no workspace list. Tests that need
-  those fail, naming the feature: the conformance table reports them;
-- the score is applied in the combine by FlashInfer (``per_route`` wire: each route's bf16
-  term times its score, rounded to bf16; ``prereduced``: an fma chain over the routes), so it
-  builds layers asked for late weighting or combine weighting and refuses early weighting by
-  name; its clamp (``clamp_limit``) clamps gate and up to ``[-c, c]``, which the contract's
-  clamp (gate from above only) judges.
+``flashinfer-sm90-cake``: ``bf16_bf16_bf16_push_cake``, recipe ``bf16``. It applies the score in
+the combine (``per_route`` wire: each route's bf16 term times its score, rounded to bf16;
+``prereduced``: an fma chain over the routes), so it builds layers asked for combine or late
+weighting and refuses early weighting by name; its ``clamp_limit`` clamps gate and up to
+``[-c, c]``, which the contract's clamp (gate from above only) judges.
+
+Both adapters convert the caller's ids to int32 and scores to float32, the only dtypes the
+backends take (lossless for the contract's valid routes), and declare only what FlashInfer
+provides itself: CUDA graphs (capture ``forward`` after ``warmup``); no device live count, no
+caller ``out`` buffer of more than ``T`` rows (the runner needs exactly ``[T, H]``), no route
+errors (an out-of-range id traps the device and ends the CUDA context, so the suites never
+send one), no workspace list. Tests that need those fail, naming the feature: the
+conformance table reports them.
 """
 
 from __future__ import annotations
@@ -46,8 +51,8 @@ def _version() -> str:
         return "not found"
 
 
-class CakeHandle:
-    """One FlashInfer cake layer behind ``MoEHandle``."""
+class FlashinferHandle:
+    """One FlashInfer MegaMoE layer behind ``MoEHandle``."""
 
     def __init__(self, moe_ep, layer, device: torch.device) -> None:  # type: ignore[no-untyped-def]
         self._ep, self._layer, self._device = moe_ep, layer, device
@@ -66,10 +71,10 @@ class CakeHandle:
                 *, live_tokens: torch.Tensor | None = None,
                 out: torch.Tensor | None = None) -> torch.Tensor:
         if live_tokens is not None:
-            raise ConfigError("live_tokens", "None (flashinfer-sm90-cake has no device live "
+            raise ConfigError("live_tokens", "None (FlashInfer's layer has no device live "
                               "count)", "a tensor")
         if out is not None:
-            raise ConfigError("out", "None (flashinfer-sm90-cake writes a new [T, H] tensor)",
+            raise ConfigError("out", "None (FlashInfer's layer writes a new [T, H] tensor)",
                               "a tensor")
         return self._layer.forward(self._tensors(hidden, topk_ids, topk_weights))
 
@@ -123,7 +128,7 @@ class CakeBackend:
         return None
 
     def build(self, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor, *,
-              device: torch.device, world: object | None = None) -> CakeHandle:
+              device: torch.device, world: object | None = None) -> FlashinferHandle:
         why = self.refusal(spec, device, 1 if world is None else world.size)  # type: ignore[attr-defined]
         if why is not None:
             raise ConfigError("backend", "a layer the backend can build", why)
@@ -139,7 +144,65 @@ class CakeBackend:
             backend=ep.MegaConfig(megakernel=ep.Sm90_Bf16_Bf16_Bf16_PushCake_MegaMoeConfig(
                 intermediate_size=c.intermediate_size, top_k=c.top_k, clamp_limit=c.clamp)),
         )
-        return CakeHandle(ep, layer, device)
+        return FlashinferHandle(ep, layer, device)
 
 
 CAKE = CakeBackend()
+
+
+PULL_MULTIPLE = 128
+"""Blockwise FP8 scales are 128 x 128: H and I multiples of 128."""
+
+
+class Fp8PullBackend:
+    """``flashinfer-sm90-fp8-pull`` (module docstring)."""
+
+    def __init__(self) -> None:
+        self.info = BackendInfo("flashinfer-sm90-fp8-pull", _version(), ("sm_90",),
+                                ("fp8_block",), frozenset({"cuda_graphs"}), ("early",))
+
+    def refusal(self, spec: LayerSpec, device: torch.device, world_size: int) -> str | None:
+        why = device_refusal(self.info, device)
+        if why is not None:
+            return why
+        c = spec.config
+        checks = (
+            (world_size == 1, f"EP1 only in this adapter, not {world_size} ranks"),
+            (c.recipe == "fp8_block", f"recipe fp8_block only, not {c.recipe}"),
+            (not (c.late_weighting or c.combine_weighting),
+             "early weighting only (it applies the score before FC2)"),
+            (c.hidden_size % PULL_MULTIPLE == 0 and c.intermediate_size % PULL_MULTIPLE == 0,
+             f"H and I multiples of {PULL_MULTIPLE}, not {c.hidden_size} and "
+             f"{c.intermediate_size}"),
+        )
+        for ok, what in checks:
+            if not ok:
+                return f"backend flashinfer-sm90-fp8-pull takes {what}"
+        try:
+            flashinfer_root()
+        except FlashinferNotFound as err:
+            return f"backend flashinfer-sm90-fp8-pull: {err}"
+        return None
+
+    def build(self, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor, *,
+              device: torch.device, world: object | None = None) -> FlashinferHandle:
+        why = self.refusal(spec, device, 1 if world is None else world.size)  # type: ignore[attr-defined]
+        if why is not None:
+            raise ConfigError("backend", "a layer the backend can build", why)
+        ep = load_moe_ep()
+        c = spec.config
+        weights = ep.MoEWeightPack(w13.to(device, torch.bfloat16).contiguous(),
+                                   w2.to(device, torch.bfloat16).contiguous())
+        layer = ep.MoEEpLayer(
+            ep.BootstrapConfig(world_size=1, rank=0, device=device.index or 0),
+            ep.FleetParams(num_experts=c.num_experts, max_tokens_per_rank=spec.capacity,
+                           token_hidden_size=c.hidden_size),
+            weights,
+            backend=ep.MegaConfig(megakernel=ep.Sm90_Fp8_Fp8_Bf16_PullCutedsl_MegaMoeConfig(
+                intermediate_size=c.intermediate_size, top_k=c.top_k,
+                fp8_scale_mode="blockwise", gate_up_clamp=c.clamp)),
+        )
+        return FlashinferHandle(ep, layer, device)
+
+
+FP8_PULL = Fp8PullBackend()

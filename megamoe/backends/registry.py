@@ -19,6 +19,7 @@ DEFAULT = "megamoe"
 REGISTERED: dict[str, str] = {
     "megamoe": "megamoe.backends.megamoe_layer:BACKEND",
     "flashinfer-sm90-cake": "megamoe.backends.flashinfer_sm90:CAKE",
+    "flashinfer-sm90-fp8-pull": "megamoe.backends.flashinfer_sm90:FP8_PULL",
 }
 """Backend name -> ``module:attribute`` of its ``MoEBackend`` object (imported on use)."""
 

@@ -68,8 +68,8 @@ def test_the_default_backend_is_our_layer_and_the_option_or_environment_override
 
 
 @pytest.mark.parametrize(("name", "message"), [
-    ("nope", r"moe backend 'nope': expected one of \['flashinfer-sm90-cake', 'megamoe'\] or "
-             r"'package.module:attribute'"),
+    ("nope", r"moe backend 'nope': expected one of \['flashinfer-sm90-cake', "
+             r"'flashinfer-sm90-fp8-pull', 'megamoe'\] or 'package.module:attribute'"),
     ("no_such_pkg.mod:X", r"cannot import no_such_pkg.mod"),
     ("tests.host.backend_doubles:MISSING", r"has no 'MISSING'"),
     ("tests.host.backend_doubles:NOT_A_BACKEND", r"is not a MoEBackend"),
@@ -255,6 +255,7 @@ def test_a_backend_name_that_loads_nothing_fails_the_contract_tests_with_the_rea
                    "tests/single/test_layer_contract.py::"
                    "test_eager_route_error_and_bad_metadata_write_nothing")
     assert proc.returncode == 1, proc.stdout
-    assert "moe backend 'nope': expected one of ['flashinfer-sm90-cake', 'megamoe']" in proc.stdout
+    assert ("moe backend 'nope': expected one of ['flashinfer-sm90-cake', "
+            "'flashinfer-sm90-fp8-pull', 'megamoe']") in proc.stdout
     assert "1 error" in proc.stdout  # the fixture fails: an error, never a skip
     assert "skipped" not in proc.stdout

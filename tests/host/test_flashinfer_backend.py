@@ -116,3 +116,21 @@ def test_the_cake_adapter_refuses_what_the_backend_cannot_build(
     assert "EP1 only" in str(cake.refusal(_spec(), gpu, 2))
     monkeypatch.setenv(ROOT_ENV, str(fake_tree / "nowhere"))
     assert "holds no flashinfer/moe_ep" in str(cake.refusal(_spec(), gpu, 1))
+
+
+@pytest.mark.parametrize(("kw", "why"), [
+    ({"late_weighting": True}, "early weighting only (it applies the score before FC2)"),
+    ({"recipe": "bf16", "hidden_size": 256}, "recipe fp8_block only, not bf16"),
+])
+def test_the_fp8_pull_adapter_takes_the_fp8_block_recipe_early(
+        fake_tree: Path, monkeypatch: pytest.MonkeyPatch, kw: dict, why: str) -> None:
+    pull = load_backend("flashinfer-sm90-fp8-pull")
+    assert pull.info.recipes == ("fp8_block",) and pull.info.weightings == ("early",)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    monkeypatch.setenv(ROOT_ENV, str(fake_tree))
+    gpu = torch.device("cuda", 0)
+    spec = _spec(recipe="fp8_block", late_weighting=False)
+    assert pull.refusal(spec, gpu, 1) is None
+    bad = _spec(**{"recipe": "fp8_block", "late_weighting": False, **kw})
+    assert pull.refusal(bad, gpu, 1) == f"backend flashinfer-sm90-fp8-pull takes {why}"
