@@ -1,0 +1,80 @@
+"""The conformance table (``tests.harness.conformance``): a rule passes when its test cases ran
+and none failed, fails with each failing case's first line and a rerun command, and is *not
+run* when none of its cases is in the reports; skipped cases never count as run. End to end on
+a real pytest run of one host file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.harness.conformance import (
+    FAIL,
+    NOT_RUN,
+    PASS,
+    CaseResult,
+    junit_results,
+    nodeid_key,
+    render,
+    verdicts,
+)
+from tests.harness.contract_map import CONTRACT, collect_marks, doc_rules
+
+ROOT = Path(__file__).resolve().parents[2]
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.single.test_a" name="test_rows[bf16]" time="1"/>
+<testcase classname="tests.single.test_a" name="test_rows[mxfp8]" time="1">
+  <failure message="backend x implements recipes bf16, not mxfp8&#10;more">trace</failure>
+</testcase>
+<testcase classname="tests.single.test_a.TestGraphs" name="test_replay" time="1">
+  <skipped message="never" type="pytest.skip"/>
+</testcase>
+<testcase classname="tests.single.test_b" name="test_bits" time="1"/>
+</testsuite></testsuites>
+"""
+MARKS = {
+    "tests/single/test_a.py::test_rows[bf16]": ["s8.row-tolerance"],
+    "tests/single/test_a.py::test_rows[mxfp8]": ["s8.row-tolerance"],
+    "tests/single/test_a.py::TestGraphs::test_replay": ["s9.replay-equals-eager"],
+    "tests/single/test_b.py::test_bits": ["s8.invariance"],
+    "tests/single/test_c.py::test_never_ran": ["s6.inactive-rows-zero"],
+}
+RULES = ("s6.inactive-rows-zero", "s8.row-tolerance", "s8.invariance", "s9.replay-equals-eager")
+
+
+def test_node_ids_map_to_junit_keys() -> None:
+    assert nodeid_key("tests/single/test_a.py::test_rows[bf16]") == "tests.single.test_a::test_rows[bf16]"
+    assert nodeid_key("tests/single/test_a.py::TestGraphs::test_replay") == (
+        "tests.single.test_a.TestGraphs::test_replay")
+
+
+def test_each_rule_gets_pass_fail_or_not_run(tmp_path: Path) -> None:
+    report = tmp_path / "r.xml"
+    report.write_text(JUNIT)
+    results = junit_results([report])
+    assert CaseResult("tests.single.test_a::test_rows[mxfp8]", "fail",
+                      "backend x implements recipes bf16, not mxfp8") in results
+    table = {v.rule: v for v in verdicts(RULES, MARKS, results)}
+    assert table["s8.invariance"].status == PASS and table["s8.invariance"].ran == 1
+    assert table["s8.row-tolerance"].status == FAIL and table["s8.row-tolerance"].ran == 2
+    assert table["s8.row-tolerance"].failures == (
+        ("tests/single/test_a.py::test_rows[mxfp8]", "backend x implements recipes bf16, not mxfp8"),)
+    assert table["s9.replay-equals-eager"].status == NOT_RUN  # skipped: never counts as run
+    assert table["s6.inactive-rows-zero"].status == NOT_RUN
+    text = render("x", list(table.values()))
+    assert "python -m pytest 'tests/single/test_a.py::test_rows[mxfp8]' --moe-backend x" in text
+    assert "1 rules pass, 1 fail, 2 not run." in text
+
+
+def test_a_real_run_of_one_file_passes_its_rules(tmp_path: Path) -> None:
+    report = tmp_path / "run.xml"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "tests/host/test_combine_weighting.py", f"--junitxml={report}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    rules = doc_rules(CONTRACT.read_text())
+    table = {v.rule: v for v in verdicts(rules, collect_marks(), junit_results([report]))}
+    assert table["s12.combine-weighting"].status == PASS
+    assert table["s12.combine-weighting"].ran == 6  # its six marked cases
+    assert table["s4.nvfp4"].status == NOT_RUN
