@@ -13,6 +13,7 @@ from megamoe.graphs import capture
 from megamoe.layer import a2_quant, permute
 from megamoe.layer.a2_quant import quantize_a2_safe_fp8, quantize_a2_torch, segment_rows
 from megamoe.layer.permute import widen_rows
+from oracle import formats as of
 from tests.bitwise import same_bits
 
 
@@ -84,6 +85,12 @@ def test_a2_kernel_equals_the_torch_path_bitwise(cuda_device) -> None:
     assert same_bits(a2k, a2t) and same_bits(dk, dt)
     assert bool(a2k[1].isnan().all()) and bool(dk[1].isnan().all())
     assert bool((a2k[3:128] == 9.0).all())  # padding rows of expert 0 untouched
+    # and the oracle itself (issue 40 item 6) on the finite live rows: payload values, d bytes
+    live = rows[: int(n)].cpu()
+    finite = live[torch.isfinite(act.cpu()[live]).all(dim=1)]
+    payload, d = of.safe_fp8_quantize(act.cpu()[finite])
+    assert same_bits(a2k.cpu()[finite], payload.to(torch.bfloat16))
+    assert same_bits(dk.cpu()[finite], d.view(-1, 1).expand(-1, 4).contiguous())
 
 
 def test_a2_kernel_replays_under_a_graph_with_new_counts(cuda_device) -> None:

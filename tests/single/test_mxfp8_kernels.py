@@ -15,6 +15,7 @@ from megamoe.experts.mxfp8 import Mxfp8Matrix
 from megamoe.layer import permute
 from megamoe.layer.a2_quant import quantize_a2_mxfp8, quantize_a2_mxfp8_torch, segment_rows
 from megamoe.layer.permute import widen_mx_rows
+from oracle import formats as of
 from tests.host.test_grouped_gemm_host import poison_
 from tests.mxfp4_case import make_mxfp4_case
 from tests.single.test_mxfp4_gemm_kernel import SHAPES, _check, _run
@@ -103,10 +104,14 @@ def gather_matches_the_torch_path(widen, src, scales, live: int, cols: int, gen,
 
 
 def a2_matches_the_torch_path(quantize, quantize_torch, act, nan_cols: slice, device,
-                              *extra) -> None:
+                              *extra, oracle=None) -> None:
     """``quantize(act, a2, rows, n, *extra)`` (an A2 quantizer) on the GPU equals its
-    PyTorch path bit for bit over the live rows of counts ``[3, 0, 129, 1]``; row 1's block
-    ``nan_cols`` (holding a NaN/Inf) is NaN; rows outside the segments keep their fill."""
+    PyTorch path bit for bit over the live rows of counts ``[3, 0, 129, 1]``, and the oracle
+    itself (``oracle(live act rows) -> bf16 values``: the format functions of
+    ``oracle.formats``, quantize then dequantize; issue 40 item 6); row 1's block
+    ``nan_cols`` (holding a NaN/Inf) is NaN; rows outside the segments keep their fill. NaN is
+    compared by position: these quantizers write dequantized bf16 values (the block scale
+    folded in), whose NaN bits no format defines."""
     counts = torch.tensor([3, 0, 129, 1], dtype=torch.int32)
     seg = padded_segment_starts(counts)
     assert act.shape[0] == int(seg[-1]) + 128
@@ -117,6 +122,9 @@ def a2_matches_the_torch_path(quantize, quantize_torch, act, nan_cols: slice, de
     assert quantize(act, got, rows, n, *extra) == "kernel"
     quantize_torch(act, want, rows, n, *extra)
     assert _same_values(got.cpu(), want.cpu())
+    if oracle is not None:
+        live = rows[: int(n)].cpu()
+        assert _same_values(got.cpu()[live], oracle(act.cpu()[live]))
     assert bool(got[1, nan_cols].isnan().all()) and bool((got[3:128] == 9.0).all())
 
 
@@ -142,5 +150,7 @@ def test_mxfp8_a2_kernel_matches_the_torch_path(cuda_device, elem, mode) -> None
     act[0, :32] = 0.0
     act[1, 40] = float("nan")
     act[130] *= 1e-20
-    a2_matches_the_torch_path(quantize_a2_mxfp8, quantize_a2_mxfp8_torch, act, slice(32, 64),
-                              cuda_device, elem, mode)
+    a2_matches_the_torch_path(
+        quantize_a2_mxfp8, quantize_a2_mxfp8_torch, act, slice(32, 64), cuda_device, elem, mode,
+        oracle=lambda rows: of.dequantize_mxfp8(
+            *of.quantize_mxfp8(rows, elem=elem, mode=mode)).to(torch.bfloat16))

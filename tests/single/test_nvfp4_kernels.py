@@ -14,6 +14,7 @@ from megamoe.experts.mxfp4_gemm_kernel import NVFP4_CONFIGS
 from megamoe.experts.nvfp4 import Nvfp4Matrix
 from megamoe.layer.a2_quant import quantize_a2_nvfp4, quantize_a2_nvfp4_torch
 from megamoe.layer.permute import widen_nvfp4_rows
+from oracle import formats as of
 from tests.host.test_grouped_gemm_host import poison_
 from tests.mxfp4_case import make_mxfp4_case
 from tests.single.test_mxfp4_gemm_kernel import SHAPES, _check, _run
@@ -77,5 +78,7 @@ def test_nvfp4_a2_kernel_matches_the_torch_path(cuda_device) -> None:
     act = torch.randn(m_cap, 320, generator=g) * torch.logspace(-6, 6, m_cap).view(-1, 1)
     act[0, :16] = 0.0
     act[1, 40] = float("inf")
-    a2_matches_the_torch_path(quantize_a2_nvfp4, quantize_a2_nvfp4_torch, act, slice(32, 48),
-                              cuda_device, 0.05)
+    a2_matches_the_torch_path(
+        quantize_a2_nvfp4, quantize_a2_nvfp4_torch, act, slice(32, 48), cuda_device, 0.05,
+        oracle=lambda rows: of.dequantize_nvfp4(
+            *of.quantize_nvfp4(rows, global_scale=0.05), 1.0).to(torch.bfloat16))
