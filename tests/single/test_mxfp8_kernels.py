@@ -88,10 +88,12 @@ def test_mxfp8_decode_is_exact_for_every_byte_under_every_scale_byte(cuda_device
 
 
 def gather_matches_the_torch_path(widen, src, scales, live: int, cols: int, gen, device,
-                                  *extra) -> None:
+                                  *extra, oracle=None) -> None:
     """``widen(src, scales, dst, si, di, n, *extra)`` (a dequantizing A1 gather) on the GPU
     equals its PyTorch path bit for bit (NaN by position): ``live`` of the 40 source rows
-    moved to a random 40 of 64 destination rows; the other rows keep their fill."""
+    moved to a random 40 of 64 destination rows; the other rows keep their fill. ``oracle(src
+    rows, scale rows) -> bf16 values`` (the format's dequantizer in ``oracle.formats``): the
+    moved rows equal it too (issue 40 item 6)."""
     src, scales = src.to(device), scales.to(device)
     si = torch.randperm(40, generator=gen).to(device)
     di = torch.randperm(64, generator=gen)[:40].to(device)
@@ -101,6 +103,9 @@ def gather_matches_the_torch_path(widen, src, scales, live: int, cols: int, gen,
     want = torch.full((64, cols), 3.0, dtype=torch.bfloat16)
     widen(src.cpu(), scales.cpu(), want, si.cpu(), di.cpu(), n.cpu(), *extra)
     assert _same_values(got.cpu(), want)
+    if oracle is not None:
+        moved, at = si[:live].cpu(), di[:live].cpu()
+        assert _same_values(got.cpu()[at], oracle(src.cpu()[moved], scales.cpu()[moved]))
 
 
 def a2_matches_the_torch_path(quantize, quantize_torch, act, nan_cols: slice, device,
@@ -137,7 +142,10 @@ def test_mxfp8_gather_kernel_matches_the_torch_path(cuda_device, elem) -> None:
     scales = torch.randint(100, 150, (40, 16), dtype=torch.uint8, generator=g)
     scales[1, 3] = 255
     scales[2, 0] = 0
-    gather_matches_the_torch_path(widen_mx_rows, src, scales, 33, 512, g, cuda_device, elem)
+    fp8 = torch.float8_e4m3fn if elem == "e4m3" else torch.float8_e5m2
+    gather_matches_the_torch_path(
+        widen_mx_rows, src, scales, 33, 512, g, cuda_device, elem,
+        oracle=lambda p, s: of.dequantize_mxfp8(p.view(fp8), s).to(torch.bfloat16))
 
 
 @pytest.mark.contract("s4.mx-special-blocks", "s4.mxfp8-floor", "s4.mxfp8-rceil")

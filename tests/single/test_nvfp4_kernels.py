@@ -69,7 +69,10 @@ def test_nvfp4_gather_kernel_matches_the_torch_path(cuda_device) -> None:
     src = torch.randint(0, 256, (40, 256), dtype=torch.uint8, generator=g)
     scales = torch.randint(0, 127, (40, 32), dtype=torch.uint8, generator=g)
     scales[1, 3] = 0x7F
-    gather_matches_the_torch_path(widen_nvfp4_rows, src, scales, 35, 512, g, cuda_device)
+    gather_matches_the_torch_path(
+        widen_nvfp4_rows, src, scales, 35, 512, g, cuda_device,
+        oracle=lambda p, s: of.dequantize_nvfp4(p, s.view(torch.float8_e4m3fn), 1.0).to(
+            torch.bfloat16))
 
 
 def test_nvfp4_a2_kernel_matches_the_torch_path(cuda_device) -> None:
