@@ -113,3 +113,47 @@ def test_sanitizer_case_layer_small(cuda_device, recipe, c) -> None:
     layer.destroy()
 
 
+
+
+@pytest.mark.contract("s2.check-routes-switch")
+@pytest.mark.parametrize("recipe", LAYER_RECIPES)
+def test_a_layer_warmed_up_with_checks_off_computes_bad_routes_eagerly_and_captured(
+        cuda_device, monkeypatch, recipe) -> None:
+    """Issue 40 item 5: MEGAMOE_CHECK_ROUTES=0 at warmup turns the layer's value checks off,
+    eagerly and in a captured graph (read at capture): a NaN score on an active slot raises
+    nothing and records nothing; its row comes out NaN and every other row equals, bit for
+    bit, a layer with checks on given the clean routes."""
+    from megamoe.graphs import capture
+    from megamoe.route_check_setting import ENV_VAR
+
+    w13, w2 = _weights(7)
+    x, ids, w = _routes(44, 24, 0.2, cuda_device)
+    bad = w.clone()
+    active = (ids[5] != -1).nonzero()[0, 0]
+    bad[5, active] = float("nan")
+    monkeypatch.setenv(ENV_VAR, "1")
+    checked = MoELayer(LayerConfig(E, K, H, INTER, C_GEMV.get(recipe, C), recipe=recipe),
+                       w13, w2, cuda_device)
+    want = checked.warmup(x, ids, w)
+    monkeypatch.setenv(ENV_VAR, "0")
+    layer = MoELayer(checked.config, w13, w2, cuda_device)
+    layer.warmup(x, ids, w)
+    monkeypatch.setenv(ENV_VAR, "1")  # read at warmup and at capture only
+    keep = torch.arange(24, device=cuda_device) != 5
+    got = layer.forward(x, ids, bad)  # no RouteError
+    assert bool(got[5].isnan().all())
+    assert torch.equal(got[keep].view(torch.int16), want[keep].view(torch.int16))
+    monkeypatch.setenv(ENV_VAR, "0")
+    out = torch.zeros_like(want)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with capture(graph):
+        layer.forward(x, ids, bad, out=out)
+    monkeypatch.setenv(ENV_VAR, "1")
+    graph.replay()
+    torch.cuda.synchronize()
+    layer.check_errors()  # nothing recorded
+    assert bool(out[5].isnan().all())
+    assert torch.equal(out[keep].view(torch.int16), want[keep].view(torch.int16))
+    checked.destroy()
+    layer.destroy()

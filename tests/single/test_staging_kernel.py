@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from megamoe import RouteError
+from megamoe.graphs import capture
 from megamoe.route_check_setting import ENV_VAR
-from megamoe.staging import StageFormat, StagingWorkspace, stage, warmup
+from megamoe.staging import StageFormat, StagingWorkspace, check_errors, stage, warmup
 from oracle import formats as of
 from oracle.routing import find_route_violations
 from tests.single.test_staging_helpers import (
@@ -219,22 +220,78 @@ def test_kernel_judges_every_boundary_value_on_the_callers_dtype(cuda_device, id
     assert ws.last_path == "kernel"
 
 
+CHECKS_OFF_FORMATS = KERNEL_FORMATS
+"""Every format a staging kernel serves (issue 40 item 5: not only bf16)."""
+
+
+def _checks_off_case(gen, fmt, dev):  # type: ignore[no-untyped-def]
+    t, k, e, h = 20, 4, 8, 64
+    ids, w = _bad_routes(gen, t, k, e, "many", torch.int64, torch.float32, dev)
+    ids = torch.where(ids.abs() > 2**31, torch.zeros_like(ids), ids)
+    x, scales = _inputs(gen, fmt, t, h, dev)
+    return t, k, e, h, ids, w, x, scales
+
+
+def _staged_as_given(ws, ids, w, t: int) -> bool:  # type: ignore[no-untyped-def]
+    """Checks off: ids as given (int32), scores as given on active slots, +0.0 on masked."""
+    expect = torch.where(ids == -1, 0.0, w.to(torch.float32))
+    return (torch.equal(ws.scores[:t].view(torch.int32), expect.view(torch.int32))
+            and torch.equal(ws.ids[:t], ids.to(torch.int32)))
+
+
 @pytest.mark.contract("s2.check-routes-switch", "s3.live-rows-staged", "s3.nan-score-canonical")
+@pytest.mark.parametrize("fmt", CHECKS_OFF_FORMATS, ids=lambda f: f.key)
 @pytest.mark.mega_sm107("masked-routes")
-def test_checks_off_kernel_stages_without_error(cuda_device, monkeypatch):
+def test_checks_off_kernel_stages_without_error(cuda_device, monkeypatch, fmt):
+    """MEGAMOE_CHECK_ROUTES=0 at warmup: every staging kernel stages bad routes (out of range,
+    duplicates, non-finite scores) as given, eagerly, without an error or a status word."""
     gen = torch.Generator().manual_seed(4)
     monkeypatch.setenv(ENV_VAR, "0")
-    t, k, e = 20, 4, 8
-    ids, w = _bad_routes(gen, t, k, e, "many", torch.int64, torch.float32, cuda_device)
-    ids = torch.where(ids.abs() > 2**31, torch.zeros_like(ids), ids)
-    ws = _ws(StageFormat("bf16"), 32, k, 64, cuda_device, torch.int64, torch.float32)
+    t, k, e, h, ids, w, x, scales = _checks_off_case(gen, fmt, cuda_device)
+    ws = _ws(fmt, 32, k, h, cuda_device, torch.int64, torch.float32)
     assert ws.check_routes is False
-    x = make_hidden(gen, t, 64, device=cuda_device)
-    stage(ws, x, ids, w, num_experts=e)  # no RouteError
-    masked = ids == -1
-    expect = torch.where(masked, 0.0, w.to(torch.float32))
-    assert torch.equal(ws.scores[:t].view(torch.int32), expect.view(torch.int32))
-    assert torch.equal(ws.ids[:t], ids.to(torch.int32))
+    res = stage(ws, x, ids, w, num_experts=e, hidden_scales=scales)  # no RouteError
+    assert res.path == "kernel", res
+    assert _staged_as_given(ws, ids, w, t)
+    assert int(ws.view("status")[0]) == 0
+    check_errors(ws)
+
+
+@pytest.mark.contract("s2.check-routes-switch")
+@pytest.mark.parametrize("fmt", CHECKS_OFF_FORMATS, ids=lambda f: f.key)
+@pytest.mark.mega_sm107("masked-routes")
+def test_the_setting_is_read_at_capture_and_kept_by_every_replay(cuda_device, monkeypatch,
+                                                                 fmt):
+    """docs/contract.md s2: the setting in force when a graph is captured is the one its
+    replays use. Captured with checks off, bad routes stage as given, even after the variable
+    says 1; captured again with checks on, the same replay marks the bad rows and the status
+    word, even after the variable says 0."""
+    gen = torch.Generator().manual_seed(5)
+    t, k, e, h, ids, w, x, scales = _checks_off_case(gen, fmt, cuda_device)
+    for setting, after in (("0", "1"), ("1", "0")):
+        monkeypatch.setenv(ENV_VAR, setting)
+        ws = _ws(fmt, 32, k, h, cuda_device, torch.int64, torch.float32)
+        if setting == "1":  # the eager call before capture: checks on, so it raises
+            with pytest.raises(RouteError):
+                stage(ws, x, ids, w, num_experts=e, hidden_scales=scales, path="kernel")
+        else:
+            stage(ws, x, ids, w, num_experts=e, hidden_scales=scales, path="kernel")
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with capture(graph):
+            stage(ws, x, ids, w, num_experts=e, hidden_scales=scales, path="kernel")
+        monkeypatch.setenv(ENV_VAR, after)
+        ws.view("status").zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        if setting == "0":
+            assert _staged_as_given(ws, ids, w, t), fmt.key
+            assert int(ws.view("status")[0]) == 0
+            check_errors(ws)
+        else:
+            assert int(ws.view("status")[0]) == 1, fmt.key
+            with pytest.raises(RouteError):
+                check_errors(ws)
 
 
 @pytest.mark.contract("s3.fused-equals-fallback")
