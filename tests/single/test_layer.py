@@ -157,3 +157,58 @@ def test_a_layer_warmed_up_with_checks_off_computes_bad_routes_eagerly_and_captu
     assert torch.equal(out[keep].view(torch.int16), want[keep].view(torch.int16))
     checked.destroy()
     layer.destroy()
+
+
+SANITIZER_REPLAY_STATES = ("dense-C", "sparse-holes", "all-masked", "last-capacity-row-only",
+                           "restored")
+"""The section 10 states the sanitizer's replay case walks (a capacity of 16 rows)."""
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_mxfp4"])
+@pytest.mark.mega_sm107("sanitizer")
+def test_sanitizer_case_changing_routes_on_one_graph(cuda_device, recipe) -> None:
+    """Issue 40 item 8: the compute-sanitizer tools over graph replays of changing routes, not
+    only eager cases: one captured forward at a capacity of 16, five section 10 states with
+    NaN poured into every workspace between them, three replays each, every live row equal to
+    an eager forward's bits."""
+    from fixtures.scenarios import make_sequence
+    from megamoe.backends.megamoe_layer import LayerHandle
+    from megamoe.graphs import capture
+    from tests.layer_check import poison_workspaces
+
+    c, e, k, h, i = 16, 4, 2, 128, 64
+    w13, w2 = _weights(9, e, h, i)
+    layer = MoELayer(LayerConfig(e, k, h, i, c, recipe=recipe), w13, w2, cuda_device)
+    states = {s.name: s for s in make_sequence(world_size=1, capacity=c, top_k=k,
+                                               num_experts=e, hidden_size=h, seed=13,
+                                               device=cuda_device)}
+    s_x = torch.zeros(c, h, dtype=torch.bfloat16, device=cuda_device)
+    s_ids = torch.full((c, k), -1, dtype=torch.int64, device=cuda_device)
+    s_w = torch.zeros(c, k, dtype=torch.float32, device=cuda_device)
+    live = torch.full((1,), c, dtype=torch.int32, device=cuda_device)
+    out = torch.zeros(c, h, dtype=torch.bfloat16, device=cuda_device)
+    layer.warmup(s_x, s_ids, s_w)
+    layer.forward(s_x, s_ids, s_w, live_tokens=live, out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with capture(graph):
+        layer.forward(s_x, s_ids, s_w, live_tokens=live, out=out)
+    for name in SANITIZER_REPLAY_STATES:
+        r = states[name].ranks[0]
+        s_x.copy_(r.hidden)
+        s_ids.copy_(r.topk_ids)
+        s_w.copy_(r.topk_weights)
+        live.fill_(r.num_tokens)
+        poison_workspaces(LayerHandle(layer), out)
+        outs = []
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+            outs.append(out[: r.num_tokens].clone())
+        layer.check_errors()
+        x, ids, w = r.live()
+        eager = layer.forward(x, ids, w)
+        for o in outs:
+            assert torch.equal(o.view(torch.int16), eager.view(torch.int16)), name
+    layer.destroy()
