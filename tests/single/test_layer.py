@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from megamoe import ConfigError
 from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
 from oracle.formats import quantize_mxfp4
@@ -211,4 +212,49 @@ def test_sanitizer_case_changing_routes_on_one_graph(cuda_device, recipe) -> Non
         eager = layer.forward(x, ids, w)
         for o in outs:
             assert torch.equal(o.view(torch.int16), eager.view(torch.int16)), name
+    layer.destroy()
+
+
+@pytest.mark.contract("s9.warmup-before-capture")
+def test_warmup_or_a_first_forward_inside_a_capture_of_the_layer_is_a_clear_error(
+        cuda_device) -> None:
+    """Issue 40 item 9: compiling or allocating while a stream captures is refused with a
+    message that names what to do, for the layer as for its stages; and the layout
+    workspace's guard bytes survive warmup, forwards and replays (the staging workspace of
+    the layer has no guard gaps: that needs a kernel-source change)."""
+    from megamoe.graphs import capture
+    from megamoe.staging import CompileDuringCaptureError
+
+    w13, w2 = _weights(8)
+    cfg = LayerConfig(E, K, H, INTER, 32)
+    x, ids, w = _routes(45, 20, 0.3, cuda_device)
+    cold = MoELayer(cfg, w13, w2, cuda_device)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ConfigError, match=r"warmup\(\.\.\.\) called before forward"), \
+            capture(graph):
+        cold.forward(x, ids, w)
+    del graph
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(CompileDuringCaptureError, match="during CUDA-graph capture"), \
+            capture(graph):
+        cold.warmup(x, ids, w)
+    del graph
+    cold.destroy()
+    layer = MoELayer(cfg, w13, w2, cuda_device)
+    lay = layer._layout_ws
+    lay.buffer.fill_(0xA5)
+    inside = torch.zeros(lay.buffer.numel(), dtype=torch.bool, device=cuda_device)
+    for off, nbytes in lay.regions().values():
+        inside[off : off + nbytes] = True
+    assert bool((~inside).any())
+    layer.warmup(x, ids, w)
+    out = torch.zeros(20, H, dtype=torch.bfloat16, device=cuda_device)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with capture(graph):
+        layer.forward(x, ids, w, out=out)
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert bool((lay.buffer[~inside] == 0xA5).all()), "a layout byte outside its regions"
     layer.destroy()

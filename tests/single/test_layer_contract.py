@@ -186,7 +186,8 @@ def test_changing_route_scenarios_replay_on_one_graph(moe_backend, cuda_device, 
     17 replays per state, NaN poured into every workspace region (metadata included) and the
     output between states; every live row against the oracle, every replay bitwise equal to
     the first, which is bitwise equal to an eager forward, rows past the live count untouched,
-    ``restored`` equal to the first state; early weighting, and late weighting with a clamp
+    the caller's input tensors untouched by every replay, ``restored`` equal to the first
+    state; early weighting, and late weighting with a clamp
     (``REPLAY_VARIANTS``)."""
     require_features(moe_backend, "cuda_graphs", "live_tokens", "out_buffer", "workspaces")
     weighting, clamp = REPLAY_VARIANTS[variant]
@@ -215,6 +216,7 @@ def test_changing_route_scenarios_replay_on_one_graph(moe_backend, cuda_device, 
         s_w.copy_(r.topk_weights)
         s_live.fill_(t)
         poison_workspaces(layer, out)
+        inputs_before = [v.clone() for v in (s_x, s_ids, s_w, s_live)]
         first = None
         for rep in range(REPLAYS_PER_STATE):  # every replay compared, not a sample
             graph.replay()
@@ -225,6 +227,9 @@ def test_changing_route_scenarios_replay_on_one_graph(moe_backend, cuda_device, 
                 assert torch.equal(_bits(out), _bits(first)), f"{state.name}: replay {rep}"
         layer.check_errors()  # no bad route in any state
         assert first is not None
+        for a, b in zip(inputs_before, (s_x, s_ids, s_w, s_live), strict=True):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (
+                f"{state.name}: a replay wrote a caller tensor")
         tail = first[t:].view(torch.int16)
         assert bool((tail == _bits(torch.tensor(float("nan"), dtype=torch.bfloat16)).to(
             tail.device)).all()), f"{state.name}: rows >= T were written"
