@@ -94,20 +94,62 @@ class FlashinferHandle:
         return ()
 
 
-class CakeBackend:
+class FlashinferBackend:
+    """What both FlashInfer adapters share: the refusal order (device, this backend's own
+    conditions, the FlashInfer files) and the EP1 build; a subclass names its ``info``, its
+    ``conditions`` and its ``megakernel`` config."""
+
+    info: BackendInfo
+
+    def conditions(self, spec: LayerSpec, world_size: int) -> tuple[tuple[bool, str], ...]:
+        """``(holds, what the backend takes)`` pairs, in the order they are reported."""
+        raise NotImplementedError
+
+    def megakernel(self, ep, spec: LayerSpec):  # type: ignore[no-untyped-def]
+        """The backend's ``MegaConfig.megakernel`` config for ``spec``."""
+        raise NotImplementedError
+
+    def refusal(self, spec: LayerSpec, device: torch.device, world_size: int) -> str | None:
+        why = device_refusal(self.info, device)
+        if why is not None:
+            return why
+        for ok, what in ((world_size == 1, f"EP1 only in this adapter, not {world_size} ranks"),
+                         *self.conditions(spec, world_size)):
+            if not ok:
+                return f"backend {self.info.name} takes {what}"
+        try:
+            flashinfer_root()
+        except FlashinferNotFound as err:
+            return f"backend {self.info.name}: {err}"
+        return None
+
+    def build(self, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor, *,
+              device: torch.device, world: object | None = None) -> FlashinferHandle:
+        why = self.refusal(spec, device, 1 if world is None else world.size)  # type: ignore[attr-defined]
+        if why is not None:
+            raise ConfigError("backend", "a layer the backend can build", why)
+        ep = load_moe_ep()
+        c = spec.config
+        weights = ep.MoEWeightPack(w13.to(device, torch.bfloat16).contiguous(),
+                                   w2.to(device, torch.bfloat16).contiguous())
+        layer = ep.MoEEpLayer(
+            ep.BootstrapConfig(world_size=1, rank=0, device=device.index or 0),
+            ep.FleetParams(num_experts=c.num_experts, max_tokens_per_rank=spec.capacity,
+                           token_hidden_size=c.hidden_size),
+            weights, backend=ep.MegaConfig(megakernel=self.megakernel(ep, spec)))
+        return FlashinferHandle(ep, layer, device)
+
+
+class CakeBackend(FlashinferBackend):
     """``flashinfer-sm90-cake`` (module docstring)."""
 
     def __init__(self) -> None:
         self.info = BackendInfo("flashinfer-sm90-cake", _version(), ("sm_90",), ("bf16",),
                                 frozenset({"cuda_graphs"}), ("combine", "late"))
 
-    def refusal(self, spec: LayerSpec, device: torch.device, world_size: int) -> str | None:
-        why = device_refusal(self.info, device)
-        if why is not None:
-            return why
+    def conditions(self, spec: LayerSpec, world_size: int) -> tuple[tuple[bool, str], ...]:
         c = spec.config
-        checks = (
-            (world_size == 1, f"EP1 only in this adapter, not {world_size} ranks"),
+        return (
             (c.recipe == "bf16", f"recipe bf16 only, not {c.recipe}"),
             (c.late_weighting or c.combine_weighting,
              "late or combine weighting, not early (it applies the score in the combine)"),
@@ -118,33 +160,11 @@ class CakeBackend:
              f"intermediate_size a multiple of {CAKE_I_MULTIPLE}, not {c.intermediate_size}"),
             (c.clamp is None or c.clamp > 0, f"a clamp > 0 (clamp_limit), not {c.clamp}"),
         )
-        for ok, what in checks:
-            if not ok:
-                return f"backend flashinfer-sm90-cake takes {what}"
-        try:
-            flashinfer_root()
-        except FlashinferNotFound as err:
-            return f"backend flashinfer-sm90-cake: {err}"
-        return None
 
-    def build(self, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor, *,
-              device: torch.device, world: object | None = None) -> FlashinferHandle:
-        why = self.refusal(spec, device, 1 if world is None else world.size)  # type: ignore[attr-defined]
-        if why is not None:
-            raise ConfigError("backend", "a layer the backend can build", why)
-        ep = load_moe_ep()
+    def megakernel(self, ep, spec: LayerSpec):  # type: ignore[no-untyped-def]
         c = spec.config
-        weights = ep.MoEWeightPack(w13.to(device, torch.bfloat16).contiguous(),
-                                   w2.to(device, torch.bfloat16).contiguous())
-        layer = ep.MoEEpLayer(
-            ep.BootstrapConfig(world_size=1, rank=0, device=device.index or 0),
-            ep.FleetParams(num_experts=c.num_experts, max_tokens_per_rank=spec.capacity,
-                           token_hidden_size=c.hidden_size),
-            weights,
-            backend=ep.MegaConfig(megakernel=ep.Sm90_Bf16_Bf16_Bf16_PushCake_MegaMoeConfig(
-                intermediate_size=c.intermediate_size, top_k=c.top_k, clamp_limit=c.clamp)),
-        )
-        return FlashinferHandle(ep, layer, device)
+        return ep.Sm90_Bf16_Bf16_Bf16_PushCake_MegaMoeConfig(
+            intermediate_size=c.intermediate_size, top_k=c.top_k, clamp_limit=c.clamp)
 
 
 CAKE = CakeBackend()
@@ -154,20 +174,16 @@ PULL_MULTIPLE = 128
 """Blockwise FP8 scales are 128 x 128: H and I multiples of 128."""
 
 
-class Fp8PullBackend:
+class Fp8PullBackend(FlashinferBackend):
     """``flashinfer-sm90-fp8-pull`` (module docstring)."""
 
     def __init__(self) -> None:
         self.info = BackendInfo("flashinfer-sm90-fp8-pull", _version(), ("sm_90",),
                                 ("fp8_block",), frozenset({"cuda_graphs"}), ("early",))
 
-    def refusal(self, spec: LayerSpec, device: torch.device, world_size: int) -> str | None:
-        why = device_refusal(self.info, device)
-        if why is not None:
-            return why
+    def conditions(self, spec: LayerSpec, world_size: int) -> tuple[tuple[bool, str], ...]:
         c = spec.config
-        checks = (
-            (world_size == 1, f"EP1 only in this adapter, not {world_size} ranks"),
+        return (
             (c.recipe == "fp8_block", f"recipe fp8_block only, not {c.recipe}"),
             (not (c.late_weighting or c.combine_weighting),
              "early weighting only (it applies the score before FC2)"),
@@ -175,34 +191,12 @@ class Fp8PullBackend:
              f"H and I multiples of {PULL_MULTIPLE}, not {c.hidden_size} and "
              f"{c.intermediate_size}"),
         )
-        for ok, what in checks:
-            if not ok:
-                return f"backend flashinfer-sm90-fp8-pull takes {what}"
-        try:
-            flashinfer_root()
-        except FlashinferNotFound as err:
-            return f"backend flashinfer-sm90-fp8-pull: {err}"
-        return None
 
-    def build(self, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor, *,
-              device: torch.device, world: object | None = None) -> FlashinferHandle:
-        why = self.refusal(spec, device, 1 if world is None else world.size)  # type: ignore[attr-defined]
-        if why is not None:
-            raise ConfigError("backend", "a layer the backend can build", why)
-        ep = load_moe_ep()
+    def megakernel(self, ep, spec: LayerSpec):  # type: ignore[no-untyped-def]
         c = spec.config
-        weights = ep.MoEWeightPack(w13.to(device, torch.bfloat16).contiguous(),
-                                   w2.to(device, torch.bfloat16).contiguous())
-        layer = ep.MoEEpLayer(
-            ep.BootstrapConfig(world_size=1, rank=0, device=device.index or 0),
-            ep.FleetParams(num_experts=c.num_experts, max_tokens_per_rank=spec.capacity,
-                           token_hidden_size=c.hidden_size),
-            weights,
-            backend=ep.MegaConfig(megakernel=ep.Sm90_Fp8_Fp8_Bf16_PullCutedsl_MegaMoeConfig(
-                intermediate_size=c.intermediate_size, top_k=c.top_k,
-                fp8_scale_mode="blockwise", gate_up_clamp=c.clamp)),
-        )
-        return FlashinferHandle(ep, layer, device)
+        return ep.Sm90_Fp8_Fp8_Bf16_PullCutedsl_MegaMoeConfig(
+            intermediate_size=c.intermediate_size, top_k=c.top_k, fp8_scale_mode="blockwise",
+            gate_up_clamp=c.clamp)
 
 
 FP8_PULL = Fp8PullBackend()

@@ -21,6 +21,7 @@ from tests.single.layer_cases import (
     E,
     H,
     K,
+    StaticBatch,
     case_id,
     layer_cases,
 )
@@ -184,11 +185,8 @@ def test_sanitizer_case_changing_routes_on_one_graph(cuda_device, recipe) -> Non
     states = {s.name: s for s in make_sequence(world_size=1, capacity=c, top_k=k,
                                                num_experts=e, hidden_size=h, seed=13,
                                                device=cuda_device)}
-    s_x = torch.zeros(c, h, dtype=torch.bfloat16, device=cuda_device)
-    s_ids = torch.full((c, k), -1, dtype=torch.int64, device=cuda_device)
-    s_w = torch.zeros(c, k, dtype=torch.float32, device=cuda_device)
-    live = torch.full((1,), c, dtype=torch.int32, device=cuda_device)
-    out = torch.zeros(c, h, dtype=torch.bfloat16, device=cuda_device)
+    batch = StaticBatch.empty(c, h, k, cuda_device)
+    s_x, s_ids, s_w, live, out = batch.x, batch.ids, batch.w, batch.live, batch.out
     layer.warmup(s_x, s_ids, s_w)
     layer.forward(s_x, s_ids, s_w, live_tokens=live, out=out)
     torch.cuda.synchronize()
@@ -197,10 +195,7 @@ def test_sanitizer_case_changing_routes_on_one_graph(cuda_device, recipe) -> Non
         layer.forward(s_x, s_ids, s_w, live_tokens=live, out=out)
     for name in SANITIZER_REPLAY_STATES:
         r = states[name].ranks[0]
-        s_x.copy_(r.hidden)
-        s_ids.copy_(r.topk_ids)
-        s_w.copy_(r.topk_weights)
-        live.fill_(r.num_tokens)
+        batch.load(r)
         poison_workspaces(LayerHandle(layer), out)
         outs = []
         for _ in range(3):

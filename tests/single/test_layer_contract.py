@@ -41,6 +41,7 @@ from tests.single.layer_cases import (
     E,
     H,
     K,
+    StaticBatch,
     case_id,
     layer_cases,
 )
@@ -195,11 +196,8 @@ def test_changing_route_scenarios_replay_on_one_graph(moe_backend, cuda_device, 
     c = capacity
     states = make_sequence(world_size=1, capacity=c, top_k=K, num_experts=E, hidden_size=H,
                            seed=5, device=cuda_device)
-    s_x = torch.zeros(c, H, dtype=torch.bfloat16, device=cuda_device)
-    s_ids = torch.full((c, K), -1, dtype=torch.int64, device=cuda_device)
-    s_w = torch.zeros(c, K, dtype=torch.float32, device=cuda_device)
-    s_live = torch.full((1,), c, dtype=torch.int32, device=cuda_device)
-    out = torch.zeros(c, H, dtype=torch.bfloat16, device=cuda_device)
+    batch = StaticBatch.empty(c, H, K, cuda_device)
+    s_x, s_ids, s_w, s_live, out = batch.x, batch.ids, batch.w, batch.live, batch.out
     layer.warmup(s_x, s_ids, s_w)
     layer.forward(s_x, s_ids, s_w, live_tokens=s_live, out=out)  # warm the live-count path
     torch.cuda.synchronize()
@@ -210,11 +208,7 @@ def test_changing_route_scenarios_replay_on_one_graph(moe_backend, cuda_device, 
     assert [s.name for s in states] == list(CHANGING_ROUTE_SEQUENCE)
     for state in states:
         r = state.ranks[0]
-        t = r.num_tokens
-        s_x.copy_(r.hidden)
-        s_ids.copy_(r.topk_ids)
-        s_w.copy_(r.topk_weights)
-        s_live.fill_(t)
+        t = batch.load(r)
         poison_workspaces(layer, out)
         inputs_before = [v.clone() for v in (s_x, s_ids, s_w, s_live)]
         first = None
