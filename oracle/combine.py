@@ -58,8 +58,10 @@ def masked_combine(terms: torch.Tensor, topk_ids: torch.Tensor,
                                or scores.dtype != torch.float32
                                or scores.shape != topk_ids.shape
                                or scores.device != terms.device):
+        got = (f"{scores.dtype} {tuple(scores.shape)} on {scores.device}"
+               if isinstance(scores, torch.Tensor) else type(scores).__name__)
         raise _bad("scores", f"None or float32 {tuple(topk_ids.shape)} on {terms.device} "
-                   "(staged scores)", getattr(scores, "dtype", type(scores).__name__))
+                   "(staged scores)", got)
     num_tokens, top_k, hidden = terms.shape
     active = (topk_ids != MASKED_ID).unsqueeze(-1)  # [T, K, 1]
     acc = torch.zeros((num_tokens, hidden), dtype=torch.float32, device=terms.device)

@@ -27,6 +27,7 @@ conformance table reports them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cached_property
 
 import torch
 
@@ -96,10 +97,19 @@ class FlashinferHandle:
 
 class FlashinferBackend:
     """What both FlashInfer adapters share: the refusal order (device, this backend's own
-    conditions, the FlashInfer files) and the EP1 build; a subclass names its ``info``, its
-    ``conditions`` and its ``megakernel`` config."""
+    conditions, the FlashInfer files), the EP1 build and ``info``; a subclass names itself,
+    its recipe and weightings, its ``conditions`` and its ``megakernel`` config."""
 
-    info: BackendInfo
+    NAME: str
+    RECIPES: tuple[str, ...]
+    WEIGHTINGS: tuple[str, ...]
+
+    @cached_property
+    def info(self) -> BackendInfo:
+        """Built on first use, not at import: the version is read from the FlashInfer files
+        found then (``flashinfer_root``)."""
+        return BackendInfo(self.NAME, _version(), ("sm_90",), self.RECIPES,
+                           frozenset({"cuda_graphs"}), self.WEIGHTINGS)
 
     def conditions(self, spec: LayerSpec, world_size: int) -> tuple[tuple[bool, str], ...]:
         """``(holds, what the backend takes)`` pairs, in the order they are reported."""
@@ -143,9 +153,7 @@ class FlashinferBackend:
 class CakeBackend(FlashinferBackend):
     """``flashinfer-sm90-cake`` (module docstring)."""
 
-    def __init__(self) -> None:
-        self.info = BackendInfo("flashinfer-sm90-cake", _version(), ("sm_90",), ("bf16",),
-                                frozenset({"cuda_graphs"}), ("combine", "late"))
+    NAME, RECIPES, WEIGHTINGS = "flashinfer-sm90-cake", ("bf16",), ("combine", "late")
 
     def conditions(self, spec: LayerSpec, world_size: int) -> tuple[tuple[bool, str], ...]:
         c = spec.config
@@ -177,9 +185,7 @@ PULL_MULTIPLE = 128
 class Fp8PullBackend(FlashinferBackend):
     """``flashinfer-sm90-fp8-pull`` (module docstring)."""
 
-    def __init__(self) -> None:
-        self.info = BackendInfo("flashinfer-sm90-fp8-pull", _version(), ("sm_90",),
-                                ("fp8_block",), frozenset({"cuda_graphs"}), ("early",))
+    NAME, RECIPES, WEIGHTINGS = "flashinfer-sm90-fp8-pull", ("fp8_block",), ("early",)
 
     def conditions(self, spec: LayerSpec, world_size: int) -> tuple[tuple[bool, str], ...]:
         c = spec.config

@@ -68,9 +68,14 @@ def _case(seed: int):  # type: ignore[no-untyped-def]
     return w13, w2, x, scores
 
 
-def _model(w13, w2, x, scores, late: bool) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _bf16_rows(v: np.ndarray) -> np.ndarray:
+    """A near miss of the recipe's A2: bf16 values instead of FP8 blocks."""
+    return torch.from_numpy(v).bfloat16().float().numpy()
+
+
+def _model(w13, w2, x, scores, late: bool, a2_rows=_deq_rows) -> np.ndarray:  # type: ignore[no-untyped-def]
     """The recipe, written out: K = 1, so the output row is the combine of the slot's one
-    term."""
+    term. ``a2_rows`` quantizes and dequantizes A2 (the recipe: FP8 in 1 x 128 blocks)."""
     a1 = _deq_rows(x)
     w13_q = np.concatenate([_deq_tile(w13[:INTER]), _deq_tile(w13[INTER:])])
     w2_q = _deq_tile(w2)
@@ -79,7 +84,7 @@ def _model(w13, w2, x, scores, late: bool) -> np.ndarray:  # type: ignore[no-unt
     act = up * gate * _sigmoid(gate)
     if not late:
         act = act * scores[:, None]
-    a2 = _deq_rows(act)
+    a2 = a2_rows(act)
     h2 = a2[:, np.arange(H)] * w2_q[np.arange(H), np.arange(H)][None, :]
     if late:
         h2 = h2 * scores[:, None]
@@ -88,38 +93,32 @@ def _model(w13, w2, x, scores, late: bool) -> np.ndarray:  # type: ignore[no-unt
     return torch.from_numpy(out).bfloat16().view(torch.int16).numpy()
 
 
+def _oracle(w13, w2, x, scores, late: bool):  # type: ignore[no-untyped-def]
+    """The oracle's output bits (int16) for the case, and its prepared weights."""
+    config = MoEConfig("fp8_block", 1, 1, H, INTER, late_weighting=late)
+    weights = prepare_weights(torch.from_numpy(w13)[None], torch.from_numpy(w2)[None], config)
+    out = moe_forward(torch.from_numpy(x).bfloat16(), torch.zeros(3, 1, dtype=torch.int64),
+                      torch.from_numpy(scores)[:, None], weights, config)
+    return out.view(torch.int16).numpy(), weights
+
+
 @pytest.mark.contract("s12.fp8-block-recipe")
 @pytest.mark.parametrize("late", [False, True], ids=["early", "late"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_oracle_forward_equals_an_independent_model_bit_for_bit(seed: int, late: bool
                                                                     ) -> None:
     w13, w2, x, scores = _case(seed)
-    config = MoEConfig("fp8_block", 1, 1, H, INTER, late_weighting=late)
-    weights = prepare_weights(torch.from_numpy(w13)[None], torch.from_numpy(w2)[None], config)
-    out = moe_forward(torch.from_numpy(x).bfloat16(), torch.zeros(3, 1, dtype=torch.int64),
-                      torch.from_numpy(scores)[:, None], weights, config)
-    want = _model(w13, w2, x, scores, late)
-    assert np.array_equal(out.view(torch.int16).numpy(), want)
+    out, _ = _oracle(w13, w2, x, scores, late)
+    assert np.array_equal(out, _model(w13, w2, x, scores, late))
 
 
 @pytest.mark.contract("s12.fp8-block-recipe")
-def test_a_bf16_a2_or_row_block_weights_would_change_the_bits() -> None:
-    """The model's own near misses differ from the oracle: the test above can fail."""
+def test_a_bf16_a2_changes_the_bits_and_each_weight_tile_has_one_scale() -> None:
+    """The bit-for-bit test above can fail: the same model with a bf16 A2 differs from the
+    oracle; and the weights carry one scale per 128 x 128 tile, the tile's ``d``."""
     w13, w2, x, scores = _case(0)
-    config = MoEConfig("fp8_block", 1, 1, H, INTER)
-    weights = prepare_weights(torch.from_numpy(w13)[None], torch.from_numpy(w2)[None], config)
-    out = moe_forward(torch.from_numpy(x).bfloat16(), torch.zeros(3, 1, dtype=torch.int64),
-                      torch.from_numpy(scores)[:, None], weights, config).view(torch.int16)
-    global _deq_rows
-    saved = _deq_rows
-    try:
-        def bf16_a2(v: np.ndarray) -> np.ndarray:
-            return saved(v) if v is x else torch.from_numpy(v).bfloat16().float().numpy()
-
-        _deq_rows = bf16_a2
-        assert not np.array_equal(out.numpy(), _model(w13, w2, x, scores, False))
-    finally:
-        _deq_rows = saved
+    out, weights = _oracle(w13, w2, x, scores, False)
+    assert not np.array_equal(out, _model(w13, w2, x, scores, False, a2_rows=_bf16_rows))
     assert weights.w13_scale.shape == (1, 2, 1) and weights.w2_scale.shape == (1, 1, 1)
     want = _blocks_d(np.abs(w13[:INTER]).max())
     assert weights.w13_scale[0, 0, 0].item() == float(want)

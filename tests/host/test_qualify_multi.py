@@ -21,6 +21,12 @@ from tests.suites import Suite
 ROOT = Path(__file__).resolve().parents[2]
 H200 = {"index": 0, "name": "stand-in", "arch": "sm_90", "total_memory_bytes": 1}
 LEAN = ("-p", "no:xdist", "-p", "no:hypothesispytest", "-p", "no:cacheprovider")
+
+
+def throwaway_multi_suites() -> dict[str, Suite]:
+    """The ``multi`` suite over the throwaway tree's ``m/`` (the tests of ``tree``), lean."""
+    return {"multi": Suite("multi", "throwaway", paths=("m",), markexpr="not nothing",
+                           extra_args=LEAN)}
 WORLD_TEST = '''\
 import os, time
 import pytest
@@ -71,8 +77,7 @@ def run(tree: Path, monkeypatch, *args: str, gpus=(H200,), backend: str,
         mode: str | None, timeout: float = 240) -> tuple[int, dict]:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("EXPECT_MODE", mode or "")
     monkeypatch.setenv("EXPECT_BACKEND", backend)
-    suites = {"multi": Suite("multi", "throwaway", paths=("m",), markexpr="not nothing",
-                             extra_args=LEAN)}
+    suites = throwaway_multi_suites()
     out = tree.parent / "out"
     argv = ["--suite", "multi", "--world-size", "2", "--output-dir", str(out),
             "--timeout", str(timeout), *args]

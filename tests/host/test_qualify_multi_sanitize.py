@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.harness.qualify_main import main
-from tests.suites import SanitizerCoverage, Suite
+from tests.host.test_qualify_multi import H200, throwaway_multi_suites
+from tests.suites import SanitizerCoverage
 
 ROOT = Path(__file__).resolve().parents[2]
-H200 = {"index": 0, "name": "stand-in", "arch": "sm_90", "total_memory_bytes": 1}
-LEAN = ("-p", "no:xdist", "-p", "no:hypothesispytest", "-p", "no:cacheprovider")
 FAKE_TOOL = r"""#!/bin/bash
 # Stand-in for compute-sanitizer: runs its target, reports errors for a planted node id or
 # for the rank named in FAKE_BAD_RANK, to --log-file when given (else stdout).
@@ -70,8 +69,7 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run(tree: Path, mode: str = "emulated") -> tuple[int, dict]:
-    suites = {"multi": Suite("multi", "throwaway", paths=("m",), markexpr="not nothing",
-                             extra_args=LEAN)}
+    suites = throwaway_multi_suites()
     coverage = {"memcheck": SanitizerCoverage("memcheck", planted="p/test_self.py::test_planted",
                                               planted_report="Invalid __global__ write",
                                               cases=())}

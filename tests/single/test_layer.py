@@ -47,7 +47,6 @@ def test_each_contract_case_takes_its_gemm_variant(cuda_device, recipe, capacity
     layer = MoELayer(LayerConfig(E, K, H, INTER, capacity, recipe=recipe), w13, w2, cuda_device)
     gemv = [c.gemv_warps > 0 for c in layer.gemm_configs]
     assert gemv == [capacity == C_GEMV.get(recipe)] * 2, (recipe, capacity, layer.gemm_configs)
-    assert capacity in (C, C_GEMV.get(recipe))
     layer.destroy()
 
 

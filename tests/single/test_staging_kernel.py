@@ -220,10 +220,6 @@ def test_kernel_judges_every_boundary_value_on_the_callers_dtype(cuda_device, id
     assert ws.last_path == "kernel"
 
 
-CHECKS_OFF_FORMATS = KERNEL_FORMATS
-"""Every format a staging kernel serves (issue 40 item 5: not only bf16)."""
-
-
 def _checks_off_case(gen, fmt, dev):  # type: ignore[no-untyped-def]
     t, k, e, h = 20, 4, 8, 64
     ids, w = _bad_routes(gen, t, k, e, "many", torch.int64, torch.float32, dev)
@@ -240,7 +236,7 @@ def _staged_as_given(ws, ids, w, t: int) -> bool:  # type: ignore[no-untyped-def
 
 
 @pytest.mark.contract("s2.check-routes-switch", "s3.live-rows-staged", "s3.nan-score-canonical")
-@pytest.mark.parametrize("fmt", CHECKS_OFF_FORMATS, ids=lambda f: f.key)
+@pytest.mark.parametrize("fmt", KERNEL_FORMATS, ids=lambda f: f.key)  # every format
 @pytest.mark.mega_sm107("masked-routes")
 def test_checks_off_kernel_stages_without_error(cuda_device, monkeypatch, fmt):
     """MEGAMOE_CHECK_ROUTES=0 at warmup: every staging kernel stages bad routes (out of range,
@@ -258,7 +254,7 @@ def test_checks_off_kernel_stages_without_error(cuda_device, monkeypatch, fmt):
 
 
 @pytest.mark.contract("s2.check-routes-switch")
-@pytest.mark.parametrize("fmt", CHECKS_OFF_FORMATS, ids=lambda f: f.key)
+@pytest.mark.parametrize("fmt", KERNEL_FORMATS, ids=lambda f: f.key)  # every format
 @pytest.mark.mega_sm107("masked-routes")
 def test_the_setting_is_read_at_capture_and_kept_by_every_replay(cuda_device, monkeypatch,
                                                                  fmt):
