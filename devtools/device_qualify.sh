@@ -14,7 +14,9 @@
 # per suite or sanitized case (the sanitize suite about 25 per tool), so everything is
 # written under /tmp and $OUT gets: records/<suggested_record_name> (the records to commit
 # under docs/qualification/), summaries.md (every suite's summary, one after the other) and
-# logs.tgz with the rest: at most 6 files.
+# logs-<what>.tgz with the rest: at most 6 files. Several runs can share one call, one after
+# the other (`bash devtools/device_qualify.sh multi 2; bash devtools/device_qualify.sh multi 4`):
+# each keeps its records, its summary and its own logs-<what>.tgz.
 # single: `single` alone on the GPU (it holds timing tests; docs/gpu.md), 12 xdist workers
 # (MEGAMOE_SINGLE_WORKERS), at most 560 s (MEGAMOE_SINGLE_TIMEOUT): the suite took 380-468 s
 # in the six qualifications before session 28 under a 480 s limit, and in session 28 its
@@ -41,7 +43,8 @@ case "$what" in
     python3 qualify.py --suite single --require-arch sm_90 --workers "${MEGAMOE_SINGLE_WORKERS:-12}" \
       --timeout "${MEGAMOE_SINGLE_TIMEOUT:-560}" "${shard[@]}" \
       --output-dir "$Q/single" > "$Q/single.log" 2>&1
-    echo "single ${2:-} rc=$?" >> "$Q/rc.txt" ;;
+    echo "single ${2:-} rc=$?" >> "$Q/rc.txt"
+    tag=single${2:+-${2/\//of}} ;;
   sanitize)
     tools=$(python3 -c "from tests.suites import SANITIZER_TOOLS; print(*SANITIZER_TOOLS)") \
       || { echo "cannot read the sanitizer tools (tests.suites)"; exit 1; }
@@ -53,7 +56,8 @@ case "$what" in
          --timeout "${MEGAMOE_SANITIZE_TIMEOUT:-420}" --output-dir "$Q/san-$t" > "$Q/san-$t.log" 2>&1
        echo "$t rc=$?" >> "$Q/rc.txt") &
     done
-    wait ;;
+    wait
+    tag=sanitize${2:+-$2} ;;
   multi)
     p=${2:?usage: multi P [tool]}
     tool=()
@@ -61,12 +65,14 @@ case "$what" in
     if [ -n "${3:-}" ]; then tool=(--sanitizer-tool "$3"); label="multi$p-$3"; fi
     python3 qualify.py --suite multi --world-size "$p" "${tool[@]}" --require-arch sm_90 \
       --timeout "${MEGAMOE_MULTI_TIMEOUT:-560}" --output-dir "$Q/$label" > "$Q/$label.log" 2>&1
-    echo "$label rc=$?" >> "$Q/rc.txt" ;;
+    echo "$label rc=$?" >> "$Q/rc.txt"
+    tag=$label ;;
   seed)
     name=${2:?usage: seed mega_sm107|mega_sm90_mxfp4 [P]}
     python3 qualify.py --suite "$name" --world-size "${3:-2}" --require-arch sm_90 \
       --timeout "${MEGAMOE_SEED_TIMEOUT:-500}" --output-dir "$Q/$name" > "$Q/$name.log" 2>&1
-    echo "$name rc=$?" >> "$Q/rc.txt" ;;
+    echo "$name rc=$?" >> "$Q/rc.txt"
+    tag=$name ;;
   *) echo "unknown: $what (single, sanitize, multi or seed)"; exit 2 ;;
 esac
 for rec in "$Q"/*/qualification.json; do
@@ -78,7 +84,7 @@ for rec in "$Q"/*/qualification.json; do
     { echo "<!-- $(basename "$dir") -->"; cat "$dir/summary.md"; echo; } >> "$OUT/summaries.md"
   fi
 done
-(cd "$Q" && tar czf "$OUT/logs.tgz" --exclude='*.cubin' .)
+(cd "$Q" && tar czf "$OUT/logs-$tag.tgz" --exclude='*.cubin' .)
 cat "$Q/rc.txt"
 tail -n 2 "$Q"/*.log
 ls "$OUT/records"

@@ -85,7 +85,7 @@ def test_every_record_comes_back_under_its_name_within_the_file_limit(tmp_path, 
         rec = json.loads((out / "records" / f"20261203T000000Z_{s}_abc.json").read_text())
         assert rec["status"] == "pass"
         assert f"({s})" in (out / "summaries.md").read_text()
-    with tarfile.open(out / "logs.tgz") as tar:
+    with tarfile.open(out / f"logs-{what}.tgz") as tar:
         logs = [n for n in tar.getnames() if n.endswith(".log")]
     assert len(logs) >= 25 * len(suites)  # every case's log, in one file
 
