@@ -51,8 +51,9 @@ GAPS: dict[str, str] = {
     "s4.safe-fp8-inactive-row": "the oracle meets it; the layer's safe-FP8 staging still "
                                 "raises for a non-finite row without an active slot (issue 40 "
                                 "item 1: a kernel change that lands with a GPU record)",
-    "s5.weighting": "the oracle's known answers tell early from late apart; at kernel level "
-                    "only a tolerance separates them, not for every recipe (issue 40 item 3)",
+    "s5.weighting": "the oracle's known answers and the CPU layer's stages tell early from "
+                    "late apart for every recipe; at kernel level only a tolerance separates "
+                    "them, not for every recipe (issue 40 item 3)",
 }
 """Rules with tests and a known gap, shown in the table (module docstring of docs/contract.md)."""
 TIERS = {"tests/host": "host", "tests/property": "property", "tests/single": "single",

@@ -362,3 +362,61 @@ def test_a_layer_that_drops_its_expert_count_is_caught(monkeypatch) -> None:  # 
     monkeypatch.setattr(gemm_api, "gemm_config", lambda weights, n, routes=None, k=None,
                         experts=None, tokens=None: real(weights, n, routes, k, tokens=tokens))
     assert tile_heights_at_512_routes("nvfp4") == {8: (128, 128), 4: (128, 128)}
+
+
+# ---------------------------------------------------------------- where the score applies
+
+def _stages(recipe: str, late: bool, hidden, ids, w):  # type: ignore[no-untyped-def]
+    """A fresh CPU layer's float32 ``act`` (quantized recipes), bf16 A2 and per-GEMM-row
+    score after one forward, and its live GEMM row count."""
+    layer, _, _ = _layer(LayerConfig(E, K, H, INTER, C, recipe=recipe, late_weighting=late))
+    layer.warmup(hidden, ids, w)
+    layer.forward(hidden, ids, w)
+    n = int((ids >= 0).sum())
+    act = layer._act[:n].clone() if layer._act.numel() else None
+    return act, layer._a2[:n].float(), layer._row_scale[:n].clone(), n
+
+
+def weighting_problems(recipe: str, early: tuple, late: tuple) -> list[str]:  # type: ignore[type-arg]
+    """What is wrong with the two layers' stages if ``early`` weighted each row's ``act``
+    by its score before A2 and ``late`` did not (docs/contract.md s5: early is one float32
+    multiply of ``act``). Quantized recipes, bitwise: ``act_early == act_late * score``;
+    bf16 (no float32 ``act`` stage), per element: the early A2 is the late A2 times the
+    score within two bf16 roundings. Either way the stages must differ, since no score is 1."""
+    act_e, a2_e, score, n = early
+    act_l, a2_l, _, _ = late
+    problems = []
+    if bool((score == 1).any()):
+        problems.append("a score of 1 cannot tell early from late")
+    if act_e is not None:
+        want = act_l * score[:, None]
+        bad = (act_e.view(torch.int32) != want.view(torch.int32)).any(dim=1)
+        problems += [f"{recipe}: GEMM row {r}: act != late act * score" for r in
+                     bad.nonzero().flatten().tolist()]
+    else:
+        want = a2_l * score[:, None]
+        # |bf16(x*s) - bf16(x)*s| <= 2 u |x*s| and |want| >= (1 - u) |x*s|, u = 2**-8
+        tol = 2.0 ** -7 / (1 - 2.0 ** -8) * want.abs() + 2.0 ** -133
+        bad = ((a2_e - want).abs() > tol).any(dim=1)
+        problems += [f"{recipe}: GEMM row {r}: A2 != late A2 * score within 2 bf16 roundings"
+                     for r in bad.nonzero().flatten().tolist()]
+    if n and act_e is not None and torch.equal(act_e, act_l):
+        problems.append(f"{recipe}: early and late act are equal")
+    if n and torch.equal(a2_e, a2_l) and act_e is None:
+        problems.append(f"{recipe}: early and late A2 are equal")
+    return problems
+
+
+@pytest.mark.contract("s5.weighting")
+@pytest.mark.parametrize("recipe", LAYER_RECIPES)
+def test_the_cpu_layer_applies_the_score_where_its_flag_says(recipe) -> None:
+    """Early against late, told apart for every recipe on the layer's stages (fp8_mxfp4's
+    output cannot: its per-row A2 scale absorbs the score, and no output bit moves); and a
+    layer that ignores the flag (late stages reported as early) is caught."""
+    hidden, ids, w = _routes(71, C, mask_p=0.25)
+    early = _stages(recipe, False, hidden, ids, w)
+    late = _stages(recipe, True, hidden, ids, w)
+    assert early[3] > 0
+    assert weighting_problems(recipe, early, late) == []
+    assert weighting_problems(recipe, late, late), "a layer ignoring the flag passed"
+    assert weighting_problems(recipe, early, early), "a layer always weighting early passed"
