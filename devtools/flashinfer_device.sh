@@ -1,0 +1,26 @@
+# A FlashInfer sm90 MegaMoE backend through our contract tests on the GPU machine; brings back
+# its JUnit report, its log and its conformance table (README "Check your kernel"):
+#   pip download flashinfer-python==0.7.2.post1 --no-deps -d /tmp/fi
+#   python -m devtools.flashinfer_slim /tmp/fi/flashinfer_python-0.7.2.post1-py3-none-any.whl .flashinfer
+#   pip download (the device README's platform flags) -d .whl-fi "apache-tvm-ffi>=0.1.11,<0.2"
+#   run(command="bash devtools/flashinfer_device.sh flashinfer-sm90-cake",
+#       carry=[".whl", ".whl-fi", ".flashinfer"], timeout_s=600)
+# The cake is CUDA C++ that FlashInfer's JIT builds with the machine's nvcc (sm_90a) and
+# tvm-ffi; our CuTe DSL (.whl) serves the harness. flashinfer-sm90-fp8-pull is CuTe DSL code
+# that needs nvidia-cutlass-dsl >= 4.6.2, which cannot share a process with ours: it needs a
+# site of its own in place of .whl. Not yet run on a GPU.
+set -u
+backend=${1:?usage: bash devtools/flashinfer_device.sh flashinfer-sm90-cake}
+source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fisite .whl-fi/*.whl \
+  || { echo "cannot install .whl-fi"; exit 1; }
+export PYTHONPATH=$PYTHONPATH:/tmp/fisite MEGAMOE_FLASHINFER_ROOT=$PWD/.flashinfer \
+  MEGAMOE_PYTHON=python3 CUTE_DSL_CACHE_DIR=/tmp/cc
+./run_tests.sh single --moe-backend "$backend" -k layer_contract -p no:cacheprovider \
+  --junitxml="$OUT/$backend.xml" > "$OUT/$backend.log" 2>&1
+rc=$?
+python3 -m tests.harness.conformance --backend "$backend" "$OUT/$backend.xml" \
+  > "$OUT/$backend-conformance.md" 2>&1
+tail -n 5 "$OUT/$backend.log"
+head -n 40 "$OUT/$backend-conformance.md"
+exit $rc
