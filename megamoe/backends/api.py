@@ -34,6 +34,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from megamoe.errors import ConfigError
 from oracle.moe_config import MoEConfig, _bad
 
 FEATURES = frozenset({
@@ -206,6 +207,15 @@ class MoEBackend(Protocol):
         """The layer of this rank: ``w13``/``w2`` hold the rank's own experts (all E at
         EP1); ``world`` is the rank's EP world (``None``: EP1)."""
         ...
+
+
+def refuse_unbuildable(backend: MoEBackend, spec: LayerSpec, device: torch.device,
+                       world: object | None) -> None:
+    """``build``'s first step in every backend: ``ConfigError`` with the backend's own
+    ``refusal`` sentence, before anything is allocated (``world`` None: EP1)."""
+    why = backend.refusal(spec, device, 1 if world is None else world.size)  # type: ignore[attr-defined]
+    if why is not None:
+        raise ConfigError("backend", "a layer the backend can build", why)
 
 
 def as_kernel(handle: MoEHandle) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor],

@@ -31,7 +31,7 @@ from functools import cached_property
 
 import torch
 
-from megamoe.backends.api import BackendInfo, LayerSpec, device_refusal
+from megamoe.backends.api import BackendInfo, LayerSpec, device_refusal, refuse_unbuildable
 from megamoe.backends.flashinfer_loader import (
     FlashinferNotFound,
     flashinfer_root,
@@ -135,9 +135,7 @@ class FlashinferBackend:
 
     def build(self, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor, *,
               device: torch.device, world: object | None = None) -> FlashinferHandle:
-        why = self.refusal(spec, device, 1 if world is None else world.size)  # type: ignore[attr-defined]
-        if why is not None:
-            raise ConfigError("backend", "a layer the backend can build", why)
+        refuse_unbuildable(self, spec, device, world)
         ep = load_moe_ep()
         c = spec.config
         weights = ep.MoEWeightPack(w13.to(device, torch.bfloat16).contiguous(),

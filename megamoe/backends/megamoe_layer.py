@@ -14,7 +14,7 @@ from importlib import metadata
 
 import torch
 
-from megamoe.backends.api import BackendInfo, LayerSpec, device_refusal
+from megamoe.backends.api import BackendInfo, LayerSpec, device_refusal, refuse_unbuildable
 from megamoe.dispatch.api import OUTPUT_REGIONS
 from megamoe.errors import ConfigError
 from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
@@ -99,9 +99,7 @@ class MegamoeBackend:
 
     def build(self, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor, *,
               device: torch.device, world: object | None = None) -> LayerHandle:
-        why = self.refusal(spec, device, 1 if world is None else world.size)  # type: ignore[attr-defined]
-        if why is not None:
-            raise ConfigError("backend", "a layer the backend can build", why)
+        refuse_unbuildable(self, spec, device, world)
         return LayerHandle(MoELayer(layer_config(spec), w13, w2, device))
 
 

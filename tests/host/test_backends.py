@@ -28,6 +28,7 @@ from megamoe.backends import (
     selected_name,
 )
 from megamoe.backends.registry import ENV
+from megamoe.errors import ConfigError
 from oracle.check_kernel import check_kernel
 from oracle.moe_config import MoEConfig
 from oracle.recipes import RECIPE_NAMES
@@ -129,6 +130,20 @@ def test_our_layer_refuses_what_it_cannot_build_with_the_reason() -> None:
     floor = _spec("fp8_mxfp4", mxfp4_mode="floor")
     assert "MXFP4 weights with mode rceil only, not floor" in str(ours.refusal(floor, CPU, 1))
     assert "EP1 layers only" in str(ours.refusal(_spec(), CPU, 2))
+
+
+@pytest.mark.parametrize("name", ["megamoe", "flashinfer-sm90-cake"])
+def test_build_raises_the_refusal_before_it_builds_anything(name: str) -> None:
+    """``build`` of what ``refusal`` names is a ``ConfigError`` carrying that sentence (our
+    layer: an H that is no multiple of 64; the FlashInfer adapter: the CPU, before FlashInfer
+    is looked for)."""
+    backend = load_backend(name)
+    spec = LayerSpec(MoEConfig("bf16", E, K, 96, INTER), C) if name == "megamoe" else _spec()
+    why = backend.refusal(spec, CPU, 1)
+    assert why
+    with pytest.raises(ConfigError) as err:
+        backend.build(spec, W13, W2, device=CPU)
+    assert why in str(err.value)
 
 
 def test_a_missing_recipe_or_feature_fails_the_test_never_skips_it() -> None:
