@@ -368,13 +368,15 @@ def test_a_layer_that_drops_its_expert_count_is_caught(monkeypatch) -> None:  # 
 
 def _stages(recipe: str, late: bool, hidden, ids, w):  # type: ignore[no-untyped-def]
     """A fresh CPU layer's float32 ``act`` (quantized recipes), bf16 A2 and per-GEMM-row
-    score after one forward, and its live GEMM row count."""
+    score after one forward, on its live GEMM rows: those with a score (the expert segments
+    are padded, so live rows are not the first ``n``; every active score is above 0)."""
     layer, _, _ = _layer(LayerConfig(E, K, H, INTER, C, recipe=recipe, late_weighting=late))
     layer.warmup(hidden, ids, w)
     layer.forward(hidden, ids, w)
-    n = int((ids >= 0).sum())
-    act = layer._act[:n].clone() if layer._act.numel() else None
-    return act, layer._a2[:n].float(), layer._row_scale[:n].clone(), n
+    score = layer._row_scale[: layer._m_cap]
+    live = score != 0
+    act = layer._act[live].clone() if layer._act.numel() else None
+    return act, layer._a2[live].float(), score[live].clone(), int(live.sum())
 
 
 def weighting_problems(recipe: str, early: tuple, late: tuple) -> list[str]:  # type: ignore[type-arg]
@@ -416,7 +418,12 @@ def test_the_cpu_layer_applies_the_score_where_its_flag_says(recipe) -> None:
     hidden, ids, w = _routes(71, C, mask_p=0.25)
     early = _stages(recipe, False, hidden, ids, w)
     late = _stages(recipe, True, hidden, ids, w)
-    assert early[3] > 0
+    # the live rows and their scores are the caller's active routes and scores, not a buffer
+    # the layer could have filled wrongly (zeros would pass the relation)
+    active = w[ids >= 0].float().sort().values
+    for stages in (early, late):
+        assert stages[3] == active.numel() > 0
+        assert torch.equal(stages[2].sort().values, active)
     assert weighting_problems(recipe, early, late) == []
     assert weighting_problems(recipe, late, late), "a layer ignoring the flag passed"
     assert weighting_problems(recipe, early, early), "a layer always weighting early passed"
