@@ -3,6 +3,6 @@
 Semantics: ../shared/CONTRACTS.md (the oracle in ``oracle/`` defines them).
 """
 
-from megamoe.errors import ConfigError, RouteError
+from megamoe.errors import CommTimeoutError, ConfigError, RouteError
 
-__all__ = ["ConfigError", "RouteError"]
+__all__ = ["CommTimeoutError", "ConfigError", "RouteError"]

@@ -31,3 +31,19 @@ class RouteError(ValueError):
         super().__init__(
             f"bad route at row {row}, slot {slot}: id={expert_id}, score={score!r} breaks rule {rule!r}"
         )
+
+
+class CommTimeoutError(RuntimeError):
+    """A cross-rank wait expired (CONTRACTS.md s7: waits are bounded).
+
+    Names the rank that waited (``rank``), the step of the forward or of the world's setup
+    (``step``) and the peer that never arrived (``peer``; -1 when the wait does not know
+    which one). Raised on the host: by a host barrier that expires, or after a forward (or
+    by ``check_errors()``) when the device-side status word recorded a timeout.
+    """
+
+    def __init__(self, rank: int, step: str, peer: int, detail: str = "") -> None:
+        self.rank, self.step, self.peer = rank, step, peer
+        who = f"peer rank {peer}" if peer >= 0 else "a peer"
+        msg = f"rank {rank}: timed out at step {step!r} waiting for {who}"
+        super().__init__(f"{msg}: {detail}" if detail else msg)

@@ -83,21 +83,23 @@ def protocol_from_args(args: argparse.Namespace) -> Protocol:
     return base.with_(**changes)
 
 
-def _ranks(args: argparse.Namespace, backend: Backend) -> RankGroup:
+def _ranks(args: argparse.Namespace, backend: Backend, world: object = None) -> RankGroup:
+    """The rank group of this run. Under torchrun the EP world (``megamoe.comm``, started by
+    ``main``) gives the gloo group for the host barrier and the gather; the ranks' start
+    events are lined up by a one-element NCCL all-reduce only in a real world (NCCL refuses
+    two ranks on one GPU, so an emulated world aligns by the host barrier alone)."""
     if args.emulated_ranks is not None:
         return EmulatedRanks(args.emulated_ranks)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if world is not None:
         import torch
         import torch.distributed as dist
 
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if backend.kind == "cuda" else "gloo")
-        host_group = dist.new_group(backend="gloo")
         gate = None
-        if backend.kind == "cuda":
+        if backend.kind == "cuda" and getattr(world, "mode", "") == "real":
+            nccl = dist.new_group(backend="nccl")
             token = torch.zeros(1, device=backend.device, dtype=torch.int32)
-            gate = lambda: dist.all_reduce(token)  # noqa: E731  # aligns ranks, untimed
-        return DistributedRanks(host_group, gate)
+            gate = lambda: dist.all_reduce(token, group=nccl)  # noqa: E731  # untimed
+        return DistributedRanks(dist.new_group(backend="gloo"), gate)
     return SingleRank()
 
 
@@ -146,9 +148,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     protocol = protocol_from_args(args)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.emulated_ranks is None
-    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if distributed else None
-    backend = default_backend(args.device, local_rank)
-    ranks = _ranks(args, backend)
+    world = None
+    index = None
+    if distributed:
+        from megamoe.bench.ep_world import start_world
+
+        world = start_world()  # this rank's device: its own GPU, or the one GPU it shares
+        index = world.device.index
+    backend = default_backend(args.device, index)
+    ranks = _ranks(args, backend, world)
     record = run_benchmark(
         bench, backend, ranks, protocol, quick=args.quick, case_patterns=args.case, argv=argv
     )

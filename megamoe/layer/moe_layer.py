@@ -1,5 +1,15 @@
-"""``MoELayer``: the MegaMoE layer on one GPU (EP1), every stage a CuTe DSL kernel
-(CONTRACTS.md s1-s9).
+"""``MoELayer``: the MegaMoE layer on one GPU (EP1) or as one rank of an EP world, every
+stage a CuTe DSL kernel (CONTRACTS.md s1-s9).
+
+In an EP world (``world=``: a ``megamoe.comm.World``; rank r holds only the weights of its
+experts ``[r*E_l, (r+1)*E_l)``) the forward adds the exchange of
+``megamoe.layer.ep_exchange`` around the expert stages below: every rank's staged ids to every
+rank, each route's A1 row, scales and score to its owner, the owner's GEMMs over the rows it
+received, each term back to its source rank. The GEMM variants are the EP1 layer's (chosen
+from the configuration, never from the world size), so every rank's rows are bitwise equal to
+EP1's (CONTRACTS.md s7). Every rank takes part in every call (``warmup``, each forward, each
+replay); a bad route raises ``RouteError`` on its rank after the step, a peer that never
+arrives ``CommTimeoutError``.
 
 One forward, for ``T <= C`` tokens (or a device live count under CUDA graphs):
 
@@ -42,14 +52,18 @@ semantics; used by the host tests).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
 
 from megamoe import combine as _combine
 from megamoe import staging as _staging
+from megamoe.comm import push as _push
+from megamoe.comm import signal as _signal
+from megamoe.comm.world import World
 from megamoe.dispatch import api as _dispatch
-from megamoe.errors import ConfigError
+from megamoe.errors import ConfigError, RouteError
 from megamoe.experts import api as _gemm
 from megamoe.experts.grouped_gemm_kernel import KernelConfig
 from megamoe.experts.mxfp4 import Mxfp4Matrix
@@ -59,6 +73,7 @@ from megamoe.layer import permute as _permute
 from megamoe.layer import route_glue as _glue
 from megamoe.layer import weights as _weights
 from megamoe.layer.config import LayerConfig
+from megamoe.layer.ep_exchange import EpExchange
 from megamoe.workspace import StageFormat
 
 ID_DTYPES = (torch.int32, torch.int64)
@@ -67,6 +82,10 @@ SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 STAGE_FORMATS = {"bf16": "bf16", "fp8_mxfp4": "safe_fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 """The staging format of each layer recipe's A1 (CONTRACTS.md s5 table)."""
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 class MoELayer:
@@ -81,14 +100,29 @@ class MoELayer:
 
     def __init__(self, config: LayerConfig, w13: torch.Tensor | Mxfp4Matrix | Mxfp8Matrix,
                  w2: torch.Tensor | Mxfp4Matrix | Mxfp8Matrix,
-                 device: torch.device | str = "cuda") -> None:
+                 device: torch.device | str | None = None, *, world: World | None = None
+                 ) -> None:
         if not isinstance(config, LayerConfig):
             raise ConfigError("config", "a megamoe.layer.LayerConfig", type(config).__name__)
-        _weights.check_weights(config, w13, w2)
+        if world is not None and not isinstance(world, World):
+            raise ConfigError("world", "None (EP1) or a megamoe.comm.World",
+                              type(world).__name__)
+        ranks = 1 if world is None else world.size
+        if config.num_experts % ranks:
+            raise ConfigError("config.num_experts", f"a multiple of the world size {ranks} "
+                              "(E % P == 0)", config.num_experts)
+        e_local = config.num_experts // ranks
+        # rank r holds the weights of its experts only: [E_l, ...]
+        _weights.check_weights(dataclasses.replace(config, num_experts=e_local) if world
+                               else config, w13, w2)
         self.config = config
-        self.device = torch.device(device)
+        self.world = world
+        self.device = torch.device(device if device is not None else
+                                   (world.device if world is not None else "cuda"))
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
+        if world is not None and self.device != world.device:
+            raise ConfigError("device", f"the world's device {world.device}", self.device)
         c, k, e = config.capacity, config.top_k, config.num_experts
         h, i = config.hidden_size, config.intermediate_size
         dev = self.device
@@ -101,9 +135,14 @@ class MoELayer:
         fmt = (StageFormat("mxfp8", config.mxfp8_elem, config.mxfp8_mode) if self._mx8
                else StageFormat(STAGE_FORMATS[config.recipe]))
         self._stage_ws = _staging.StagingWorkspace.create(c, k, h, fmt, dev)
-        self._layout_ws = _dispatch.LayoutWorkspace(_dispatch.LayoutShape(1, c, k, e), dev)
         routes = c * k
-        self._m_cap = _gemm.capacity_rows(routes, e)
+        # EP1: the layout of this rank's routes feeds the GEMMs; EP: the exchange does
+        # (megamoe.layer.ep_exchange), and the GEMMs read the receive buffer
+        self._ep = None if world is None else EpExchange(world, self._stage_ws, e, h)
+        self._layout_ws = (_dispatch.LayoutWorkspace(_dispatch.LayoutShape(1, c, k, e), dev)
+                           if world is None else None)
+        rows_in = routes if self._ep is None else self._ep.recv_rows
+        self._m_cap = _gemm.capacity_rows(rows_in, e_local)
         # the GEMM variants, fixed by the config (never by a batch's live rows: s7)
         wk = _gemm.weight_kind(self._w13)
         self._fc1_cfg = _gemm.gemm_config(wk, 2 * i, routes, k=h, experts=e, tokens=c)
@@ -125,14 +164,15 @@ class MoELayer:
         self._h2 = torch.zeros(self._m_cap, h, dtype=torch.bfloat16, device=dev)
         # one spare entry: routes i >= N write their (unused) score there
         self._row_scale = torch.zeros(self._m_cap + 1, dtype=torch.float32, device=dev)
-        self._terms = torch.zeros(routes, h, dtype=torch.bfloat16, device=dev)
+        self._terms = (torch.zeros(routes, h, dtype=torch.bfloat16, device=dev)
+                       if self._ep is None else None)  # EP: the symmetric terms region
         self._out = torch.zeros(c, h, dtype=torch.bfloat16, device=dev)
-        self._counts = torch.zeros(e, dtype=torch.int32, device=dev)
-        self._seg = torch.zeros(e + 1, dtype=torch.int32, device=dev)
+        self._counts = torch.zeros(e_local, dtype=torch.int32, device=dev)
+        self._seg = torch.zeros(e_local + 1, dtype=torch.int32, device=dev)
         self._rows = torch.arange(c, dtype=torch.int64, device=dev)
-        self._src_row = torch.zeros(routes, dtype=torch.int64, device=dev)
-        self._pos = torch.zeros(routes, dtype=torch.int64, device=dev)
-        self._term_row = torch.zeros(routes, dtype=torch.int64, device=dev)
+        self._src_row = torch.zeros(rows_in, dtype=torch.int64, device=dev)
+        self._pos = torch.zeros(rows_in, dtype=torch.int64, device=dev)
+        self._term_row = torch.zeros(rows_in, dtype=torch.int64, device=dev)
         self._live = torch.zeros(1, dtype=torch.int32, device=dev)
         self._g_act = torch.stack((self._g_in, self._g_a2))
         self._tables = _glue.RouteTables(
@@ -141,6 +181,7 @@ class MoELayer:
         )
         self._warm = False
         self._destroyed = False
+        self._route_error: RouteError | None = None
         self.last_paths: dict[str, str] | None = None
         """Stage name -> the path it took (``"kernel"`` or ``"torch"``) in the last forward."""
 
@@ -241,6 +282,9 @@ class MoELayer:
                 _gemm.warmup("swiglu", 2 * i, h, self.device, self._fc1_cfg)
                 _gemm.warmup("plain", h, i, self.device, self._fc2_cfg)
             _combine.warmup(self.device, id_dtypes=(torch.int32,))
+            if self._ep is not None:
+                _push.warmup(self.device)
+                _signal.warmup(self.device)
         self._warm = True
         return self.forward(hidden, topk_ids, topk_weights)
 
@@ -257,13 +301,24 @@ class MoELayer:
         t = self._check_inputs(hidden, topk_ids, topk_weights, live_tokens, out)
         if not self._warm:
             raise ConfigError("layer", "warmup(...) called before forward", "not warmed up")
+        if self.world is not None and self.world.failure is not None:
+            raise ConfigError("world", "a world whose waits never timed out (destroy the "
+                              "layer and the world)", f"failed: {self.world.failure}")
         cfg = self.config
         if out is None:
             out = torch.empty(t, cfg.hidden_size, dtype=torch.bfloat16, device=self.device)
         paths: dict[str, str] = {}
+        self._route_error = None
         for name, run in self.stage_plan(hidden, topk_ids, topk_weights, live_tokens, out):
             paths[name] = run()
         self.last_paths = paths
+        if self._ep is not None and not _capturing(self.device):
+            # EP: the step is complete on every rank; now report what went wrong here
+            timeout = self._ep.timeout()
+            if timeout is not None:
+                raise timeout
+            if self._route_error is not None:
+                raise self._route_error
         return out
 
     def stage_plan(self, hidden: torch.Tensor, topk_ids: torch.Tensor,
@@ -276,36 +331,49 @@ class MoELayer:
         cfg = self.config
         t = hidden.shape[0]
         ws = self._stage_ws
+        ep = self._ep
         early = None if cfg.late_weighting else self._row_scale[: self._m_cap]
         late = self._row_scale[: self._m_cap] if cfg.late_weighting else None
-        terms = self._terms.view(cfg.capacity, cfg.top_k, cfg.hidden_size)
+        terms = (self._terms.view(cfg.capacity, cfg.top_k, cfg.hidden_size) if ep is None
+                 else ep.terms)
         pre1 = self._pre1[: self._m_cap] if (self._mx or self._nv) else None
         pre2 = self._pre2[: self._m_cap] if (self._mx or self._nv) else None
-        n = self._layout_ws.view("num_routes")
+        # the rows the expert stages walk: this rank's routes (EP1) or the received ones
+        n = self._layout_ws.view("num_routes") if ep is None else ep.recv_count
+        payload = ws.payload if ep is None else ep.recv_payload
+        scales = ws.scales if ep is None else ep.recv_scales
 
         def stage() -> str:
             extra = {"global_scale": cfg.nvfp4_input_scale} if self._nv else {}
-            return _staging.stage(ws, hidden, topk_ids, topk_weights,
-                                  num_experts=cfg.num_experts, live_tokens=live_tokens,
-                                  **extra).path
+            try:
+                return _staging.stage(ws, hidden, topk_ids, topk_weights,
+                                      num_experts=cfg.num_experts, live_tokens=live_tokens,
+                                      **extra).path
+            except RouteError as err:
+                if ep is None:
+                    raise
+                # EP: the bad rows are marked (NaN outputs); every rank finishes the step
+                # before this rank raises (CONTRACTS.md s7)
+                self._route_error = err
+                return ws.last_path or "kernel"
 
         def layout() -> str:
             lay = _dispatch.dispatch_layout(ws.ids, cfg.num_experts, 1,
                                             workspace=self._layout_ws)
-            self._route_indices(lay)
+            self._route_indices(lay, ws.scores, cfg.top_k)
             return lay.path
 
         def gather() -> str:
             if self._nv:
-                return _permute.widen_nvfp4_rows(ws.payload, ws.scales, self._a1,
+                return _permute.widen_nvfp4_rows(payload, scales, self._a1,
                                                  self._src_row, self._pos, n)
             if self._mx8:
-                return _permute.widen_mx_rows(ws.payload, ws.scales, self._a1, self._src_row,
+                return _permute.widen_mx_rows(payload, scales, self._a1, self._src_row,
                                               self._pos, n, cfg.mxfp8_elem)
             if not self._mx:
-                return _permute.permute_rows(ws.payload, self._a1, self._src_row, self._pos, n)
-            path = _permute.widen_rows(ws.payload, self._a1, self._src_row, self._pos, n)
-            scale_path = _permute.permute_rows(ws.scales, self._pre1, self._src_row, self._pos,
+                return _permute.permute_rows(payload, self._a1, self._src_row, self._pos, n)
+            path = _permute.widen_rows(payload, self._a1, self._src_row, self._pos, n)
+            scale_path = _permute.permute_rows(scales, self._pre1, self._src_row, self._pos,
                                                n)
             return path if path == scale_path else f"{path}+{scale_path}"
 
@@ -334,30 +402,45 @@ class MoELayer:
             return _permute.permute_rows(self._h2, self._terms, self._pos, self._term_row, n)
 
         def combine() -> str:
-            target = out if live_tokens is None else self._out
+            # a forward that will raise a RouteError (EP, eager) writes nothing the caller
+            # owns: its rows (the bad ones NaN) go to the layer's own buffer
+            failed = self._route_error is not None
+            target = out if live_tokens is None and not failed else self._out
             plan = _combine.combine_plan(terms, ws.ids, target, t)
             _combine.masked_combine(terms, ws.ids, target, t)
-            if live_tokens is not None:
+            if live_tokens is not None and not failed:
                 torch.clamp(live_tokens, 0, t, out=self._live)
                 _permute.permute_rows(self._out, out, self._rows, self._rows, self._live)
             return "torch" if plan == _combine.PLAN_TORCH else "kernel"
 
-        plan = [("stage", stage), ("layout", layout), ("gather", gather), ("fc1", fc1),
-                ("fc2", fc2), ("scatter", scatter), ("combine", combine)]
+        experts = [("gather", gather), ("fc1", fc1), ("fc2", fc2)]
         if self._quantized:
-            plan.insert(4, ("a2", a2))
-        return plan
+            experts.insert(2, ("a2", a2))
+        if ep is None:
+            return [("stage", stage), ("layout", layout), *experts, ("scatter", scatter),
+                    ("combine", combine)]
+
+        def recv_tables() -> str:
+            ep.recv_tables()
+            self._route_indices(ep.recv_layout, ep.recv_scores, 1)
+            return "torch"
+
+        return [("stage", stage), ("exchange_ids", lambda: ep.exchange_ids(ws)),
+                ("layout", lambda: ep.layouts(ws)), ("send_tables", ep.send_tables),
+                ("dispatch", lambda: ep.dispatch(ws)), ("recv_tables", recv_tables), *experts,
+                ("return", lambda: ep.give_back(self._h2, self._pos)), ("combine", combine)]
 
     __call__ = forward
 
-    def _route_indices(self, lay) -> None:
+    def _route_indices(self, lay, scores: torch.Tensor, top_k: int) -> None:
         """The route tables (``megamoe.layer.route_glue``): counts, padded segment starts,
         and for every routed slot ``i < N`` its source row, GEMM row and term row; its score
         into the GEMM row's scale (nvfp4: the row's global-scale products into the pre-scale
-        wires)."""
+        wires). EP: ``lay`` is the receive buffer's local layout and ``scores`` the received
+        scores (one per receive row)."""
         g = (_glue.GlobalScales(self._g_act, self._w13.global_scale, self._w2.global_scale)
              if self._nv else None)
-        _glue.build_route_tables(lay, self._stage_ws.scores, self.config.top_k, self._tables, g)
+        _glue.build_route_tables(lay, scores, top_k, self._tables, g)
 
     @property
     def gemm_configs(self) -> tuple[KernelConfig, KernelConfig]:
@@ -371,12 +454,20 @@ class MoELayer:
         """Raise ``RouteError`` for the first bad route recorded by forwards run under CUDA
         graphs (the status word), and clear the record; return quietly when none (syncs)."""
         self._alive()
+        if self._ep is not None:
+            timeout = self._ep.timeout()
+            if timeout is not None:
+                raise timeout
         _staging.check_errors(self._stage_ws)
 
     def destroy(self) -> None:
-        """Release every buffer; any later call raises ``ConfigError``."""
+        """Release every buffer, this rank's symmetric workspace included (no collective:
+        bounded also after a failed step); any later call raises ``ConfigError``."""
         if self._destroyed:
             return
+        if self._ep is not None:
+            self._ep.free()
+            self._ep = None
         for name in ("_w13", "_w2", "_stage_ws", "_layout_ws", "_a1", "_a2", "_h2", "_pre1", "_g_in", "_g_a2",
                      "_pre2", "_act",
                      "_row_scale", "_terms", "_out", "_counts", "_seg", "_tables", "_g_act", "_rows",

@@ -1,0 +1,94 @@
+"""``ep_layer``: the EP layer's overhead over EP1 on the same GPU (issue 37 item 7).
+
+Run under torchrun, one process per rank (``python -m torch.distributed.run
+--nproc-per-node=P -m megamoe.bench ep_layer``): in an emulated world the P processes share
+one GPU, so the numbers are the exchange's overhead (staging of every rank's ids, the pushes,
+the signals, the receive-side glue) on top of the expert work, never a bandwidth claim (one
+time-sliced GPU is not NVLink). Each sample is the slowest rank's time (seed 001).
+
+Cases: the gpt-oss-like shape (H = I = 2880, E = 128, K = 4; small enough that P ranks' EP1
+copies of every expert fit one H200) at T in {16, 256} per rank, ``uniform`` and ``skewed``
+routes from ``fixtures.scenarios``. Arms (bf16, early weighting):
+
+- candidate ``ep-layer``: ``MoELayer(..., world=world)`` with the rank's experts only;
+- baseline ``ep1-layer``: the EP1 layer with every expert on the same rows (bitwise the same
+  output: CONTRACTS.md s7, checked before timing).
+
+Both declare the weight bytes their rows touch (``layer._work``), so the ceiling line says
+what fraction of the copy bandwidth each reaches; the ratio of the two arms is the overhead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from megamoe.bench.benchmarks.layer import GPT_OSS, _weights, _work
+from megamoe.bench.ep_world import current_world
+from megamoe.bench.registry import Arm, Benchmark, BuildContext, Case, Workload, register_benchmark
+
+TOKENS = (16, 256)
+ROUTES = ("uniform", "skewed")
+
+
+def _inputs(case: Case, ctx: BuildContext):  # type: ignore[no-untyped-def]
+    from fixtures.scenarios import make_scenario
+
+    s = GPT_OSS
+    state = make_scenario(case.scenario or "uniform", world_size=ctx.world_size,
+                          capacity=case.shape["tokens"], top_k=s.top_k, num_experts=s.experts,
+                          hidden_size=s.hidden, seed=case.seed, device=ctx.device)
+    return state.ranks[ctx.rank].live()
+
+
+def _layer(case: Case, ctx: BuildContext, ep: bool):  # type: ignore[no-untyped-def]
+    from megamoe.layer import LayerConfig, MoELayer
+
+    s = GPT_OSS
+    t = case.shape["tokens"]
+    cfg = LayerConfig(s.experts, s.top_k, s.hidden, s.inter, t)
+    w13, w2 = _weights(s, ctx.device)
+    if not ep:
+        return MoELayer(cfg, w13, w2, ctx.device)
+    world = current_world()
+    e_l = s.experts // world.size
+    lo = world.rank * e_l
+    return MoELayer(cfg, w13[lo : lo + e_l], w2[lo : lo + e_l], world=world)
+
+
+def _build(ep: bool):  # type: ignore[no-untyped-def]
+    def build(case: Case, ctx: BuildContext) -> Workload:
+        layer = _layer(case, ctx, ep)
+        x, ids, w = _inputs(case, ctx)
+        out = torch.empty(x.shape[0], GPT_OSS.hidden, dtype=torch.bfloat16, device=ctx.device)
+        layer.warmup(x, ids, w)
+
+        def check() -> None:
+            ref = _layer(case, ctx, ep=False)
+            want = ref.warmup(x, ids, w)
+            got = layer.forward(x, ids, w)
+            ref.destroy()
+            if not torch.equal(got.view(torch.int16), want.view(torch.int16)):
+                raise AssertionError(f"{case.name}: the EP layer's rows differ from EP1's")
+
+        return Workload(lambda: layer.forward(x, ids, w, out=out), check=check if ep else None,
+                        **_work(case, ids))  # type: ignore[arg-type]
+
+    return build
+
+
+EP_LAYER = register_benchmark(
+    Benchmark(
+        name="ep_layer",
+        description="the EP layer (P ranks under torchrun) vs EP1 on the same rows: overhead",
+        cases=tuple(
+            Case(f"gptoss-{r}-T{t}", {"tokens": t, "hidden": GPT_OSS.hidden,
+                                      "inter": GPT_OSS.inter, "experts": GPT_OSS.experts,
+                                      "top_k": GPT_OSS.top_k},
+                 scenario=r, seed=17, quick=t == 16, calls_per_sample=10)
+            for r in ROUTES for t in TOKENS
+        ),
+        candidate=Arm("ep-layer", _build(ep=True)),
+        baselines=(Arm("ep1-layer", _build(ep=False)),),
+        ceilings=("copy_bw",),
+    )
+)

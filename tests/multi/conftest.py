@@ -1,0 +1,33 @@
+"""The multi tier's world (CONTRACTS.md s7, s11): every test process is one rank of a world
+started by torchrun (``./run_tests.sh multi``, ``qualify.py --suite multi``), which sets the
+mode and backend (``MEGAMOE_EP_MODE``, ``MEGAMOE_EP_BACKEND``). Outside torchrun the tier
+fails, never skips."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.multi.ep_world import SubWorlds
+
+
+@pytest.fixture(scope="session")
+def world():  # type: ignore[no-untyped-def]
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+        pytest.fail("the multi tier runs one process per rank under torchrun: use "
+                    "./run_tests.sh multi or python qualify.py --suite multi", pytrace=False)
+    from megamoe.comm import init_world
+
+    w = init_world()
+    yield w
+    w.destroy()
+
+
+@pytest.fixture(scope="session")
+def subworlds(world) -> SubWorlds:  # type: ignore[no-untyped-def]
+    """Worlds of every size that divides P, over blocks of consecutive ranks (made once, in
+    the same order on every rank: group creation is collective)."""
+    subs = SubWorlds.create(world)
+    yield subs
+    subs.destroy()

@@ -1,0 +1,208 @@
+"""Changing routes on one captured graph per rank (CONTRACTS.md s9, s10), every rank
+replaying in lockstep:
+
+- the section 10 scenario set: at least 17 replays per state, NaN poured between states into
+  every region a forward writes (staging, layout tables, receive buffers, terms, GEMM
+  buffers; then a barrier so no peer pushes before the poison is in) and into the output
+  before every replay; every replay's rows bitwise equal to the first replay's, which are
+  bitwise equal to an eager EP forward and to EP1 and meet the collective oracle on every
+  live row; rows past the live count untouched; ``restored`` equal to the first state;
+- the sparse-to-dense pattern of the seed discussions: live counts ``(C, 0, 1, C)`` across
+  ranks with every third route masked, then every route dense, then sparse again, checking
+  the first and the 65th replay of each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, RESTORED_FROM, make_sequence
+from megamoe.graphs import capture
+from tests.layer_check import layer_routes
+from tests.multi.ep_world import (
+    RECIPES,
+    Verdict,
+    bits,
+    build_layer,
+    config,
+    oracle_outputs,
+    poison,
+    poison_layer,
+    shape_of,
+)
+
+REPLAYS_PER_STATE = 17
+LONG_REPLAYS = 65
+NAN_BF16 = torch.tensor(float("nan"), dtype=torch.bfloat16)
+
+
+class CapturedLayer:
+    """One rank's layer captured once over capacity-shaped buffers (CONTRACTS.md s9)."""
+
+    def __init__(self, world, cfg, shape) -> None:  # type: ignore[no-untyped-def]
+        dev = world.device
+        self.world, self.cfg, self.shape = world, cfg, shape
+        c, k, h = shape.capacity, shape.top_k, shape.hidden
+        self.layer = build_layer(cfg, world, shape, dev)
+        self.ep1 = build_layer(cfg, None, shape, dev)
+        self.x = torch.zeros(c, h, dtype=torch.bfloat16, device=dev)
+        self.ids = torch.full((c, k), -1, dtype=torch.int64, device=dev)
+        self.w = torch.zeros(c, k, dtype=torch.float32, device=dev)
+        self.live = torch.full((1,), c, dtype=torch.int32, device=dev)
+        self.out = torch.zeros(c, h, dtype=torch.bfloat16, device=dev)
+        self.layer.warmup(self.x, self.ids, self.w)
+        self.ep1.warmup(self.x, self.ids, self.w)
+        self.layer.forward(self.x, self.ids, self.w, live_tokens=self.live, out=self.out)
+        torch.cuda.synchronize(dev)
+        world.barrier("warm before capture")
+        self.graph = torch.cuda.CUDAGraph()
+        with capture(self.graph):
+            self.layer.forward(self.x, self.ids, self.w, live_tokens=self.live, out=self.out)
+
+    def load(self, hidden, ids, w, t: int) -> None:  # type: ignore[no-untyped-def]
+        """New contents in place (capacity-shaped; rows >= t are garbage), the workspace
+        poisoned, every rank past the poison before anyone replays."""
+        c = self.shape.capacity
+        for dst, src in ((self.x, hidden), (self.ids, ids), (self.w, w)):
+            dst.copy_(src[:c].to(dst.device))
+        self.live.fill_(t)
+        torch.cuda.synchronize(self.world.device)
+        self.world.barrier("state loaded")
+        poison_layer(self.layer, self.out)
+        torch.cuda.synchronize(self.world.device)
+        self.world.barrier("workspace poisoned")
+
+    def replay(self) -> torch.Tensor:
+        poison(self.out)
+        self.graph.replay()
+        torch.cuda.synchronize(self.world.device)
+        return self.out.clone()
+
+    def destroy(self) -> None:
+        self.layer.destroy()
+        self.ep1.destroy()
+
+
+def judge_first(v: Verdict, cl: CapturedLayer, what: str, first: torch.Tensor, t: int,
+                live, want: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
+    """The first replay of a state: rows past T untouched (still NaN), rows [0, T) equal to an
+    eager EP forward and to EP1, and within the oracle's bound."""
+    r = cl.world.rank
+    x, ids, w = (a.to(cl.world.device) for a in live)
+    v.check(r, f"{what}: rows >= T were written",
+            bool((bits(first[t:]) == bits(NAN_BF16)).all()))
+    v.equal_bits(r, f"{what}: replay vs eager", first[:t], cl.layer.forward(x, ids, w))
+    v.equal_bits(r, f"{what}: replay vs EP1", first[:t], cl.ep1.forward(x, ids, w))
+    v.judge(r, what, first[:t], want, ids, cl.cfg.recipe)
+
+
+@pytest.mark.cuda_graphs
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_changing_route_scenarios_replay_on_one_graph_per_rank(world, recipe) -> None:
+    shape = shape_of(world)
+    cl = CapturedLayer(world, config(shape, recipe), shape)
+    v = Verdict()
+    first_bits: dict[str, torch.Tensor] = {}
+    try:
+        states = make_sequence(world_size=world.size, capacity=shape.capacity,
+                               top_k=shape.top_k, num_experts=shape.experts,
+                               hidden_size=shape.hidden, seed=5)
+        assert [s.name for s in states] == list(CHANGING_ROUTE_SEQUENCE)
+        for state in states:
+            mine = state.ranks[world.rank]
+            t = mine.num_tokens
+            cl.load(mine.hidden, mine.topk_ids, mine.topk_weights, t)
+            first = cl.replay()
+            for rep in range(1, REPLAYS_PER_STATE):
+                v.equal_bits(world.rank, f"{state.name}: replay {rep} vs replay 0", cl.replay(),
+                             first)
+            cl.layer.check_errors()  # no bad route, no timeout in any state
+            want = oracle_outputs(cl.cfg, shape, [r.live() for r in state.ranks])[world.rank]
+            judge_first(v, cl, f"{recipe} {state.name}", first, t, mine.live(), want)
+            first_bits[state.name] = bits(first[:t])
+        v.check(world.rank, "restored state differs from the first state",
+                torch.equal(first_bits["restored"], first_bits[RESTORED_FROM]))
+    finally:
+        cl.destroy()
+    v.assert_clean(world)
+
+
+def _pattern_inputs(world, shape, dense: bool):  # type: ignore[no-untyped-def]
+    """Every rank's live inputs: live counts ``(C, 0, 1, C)`` cycled over the ranks with every
+    third route masked, or every rank ``C`` rows with every route active."""
+    c = shape.capacity
+    counts = [c] * world.size if dense else [(c, 0, 1, c)[r % 4] for r in range(world.size)]
+    out = []
+    for r, t in enumerate(counts):
+        x, ids, w = layer_routes(1000 + r, t, num_experts=shape.experts, top_k=shape.top_k,
+                                 hidden=shape.hidden, mask_p=0.0)
+        if not dense:
+            third = (torch.arange(ids.numel()) % 3 == 2).view(ids.shape)
+            ids = torch.where(third, -1, ids)
+            w = torch.where(third, float("nan"), w)
+        out.append((x, ids, w))
+    return out
+
+
+@pytest.mark.cuda_graphs
+@pytest.mark.parametrize("late", [False, True])
+def test_sparse_to_dense_and_back_on_one_graph_first_and_65th_replay(world, late) -> None:
+    shape = shape_of(world)
+    cl = CapturedLayer(world, config(shape, "mxfp8", late_weighting=late), shape)
+    v = Verdict()
+    c = shape.capacity
+    try:
+        for phase, dense in (("sparse", False), ("dense", True), ("sparse again", False)):
+            inputs = _pattern_inputs(world, shape, dense)
+            x, ids, w = inputs[world.rank]
+            t = x.shape[0]
+            pad = c - t
+            cl.load(torch.cat([x, torch.full((pad, shape.hidden), float("nan")).bfloat16()]),
+                    torch.cat([ids, torch.full((pad, shape.top_k), 2**40)]),
+                    torch.cat([w, torch.full((pad, shape.top_k), float("inf"))]), t)
+            first = cl.replay()
+            last = first
+            for _ in range(1, LONG_REPLAYS):
+                last = cl.replay()
+            cl.layer.check_errors()
+            v.equal_bits(world.rank, f"{phase}: replay {LONG_REPLAYS} vs replay 1", last, first)
+            want = oracle_outputs(cl.cfg, shape, inputs)[world.rank]
+            judge_first(v, cl, f"late={late} {phase}", first, t, (x, ids, w), want)
+    finally:
+        cl.destroy()
+    v.assert_clean(world)
+
+
+SANITIZER_STATES = ("dense-C", "sparse-holes", "asymmetric", "empty-rank", "restored")
+
+
+@pytest.mark.sanitizer
+@pytest.mark.cuda_graphs
+@pytest.mark.parametrize("recipe", ["bf16", "fp8_mxfp4"])
+def test_sanitizer_case_changing_routes_small(world, recipe) -> None:
+    """The designated case of ``qualify.py --suite multi --sanitizer-tool T``: a small
+    capacity, five changing states on one graph per rank, three replays each, every live row
+    against EP1's bits (every rank's process runs under the tool)."""
+    shape = dataclasses.replace(shape_of(world), capacity=16)
+    cl = CapturedLayer(world, config(shape, recipe), shape)
+    v = Verdict()
+    try:
+        states = {s.name: s for s in make_sequence(
+            world_size=world.size, capacity=shape.capacity, top_k=shape.top_k,
+            num_experts=shape.experts, hidden_size=shape.hidden, seed=7)}
+        for name in SANITIZER_STATES:
+            mine = states[name].ranks[world.rank]
+            cl.load(mine.hidden, mine.topk_ids, mine.topk_weights, mine.num_tokens)
+            outs = [cl.replay() for _ in range(3)]
+            cl.layer.check_errors()
+            x, ids, w = (a.to(world.device) for a in mine.live())
+            want = cl.ep1.forward(x, ids, w)
+            for i, out in enumerate(outs):
+                v.equal_bits(world.rank, f"{recipe} {name} replay {i} vs EP1",
+                             out[: mine.num_tokens], want)
+    finally:
+        cl.destroy()
+    v.assert_clean(world)

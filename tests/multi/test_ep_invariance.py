@@ -1,0 +1,54 @@
+"""The invariance contract across world sizes (CONTRACTS.md s7, s8): the same rows give the
+same output bits in worlds of every size that divides P (1, 2, 4, ... within this run: the
+sub-worlds over blocks of ranks), equal to EP1; a rerun gives the same hashes, which each
+rank records (JUnit suite property ``row_hashes[recipe]``) so runs of different world sizes can be
+compared by their records too."""
+
+from __future__ import annotations
+
+import pytest
+
+from fixtures.scenarios import make_scenario
+from tests.multi.ep_world import (
+    RECIPES,
+    Verdict,
+    build_layer,
+    config,
+    digest,
+    rank_inputs,
+    shape_of,
+)
+
+STATES = ("dense-C", "sparse-holes", "skewed")
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_rows_are_bitwise_equal_in_every_world_size_and_across_reruns(
+        world, subworlds, recipe, record_testsuite_property) -> None:  # type: ignore[no-untyped-def]
+    shape = shape_of(world)
+    cfg = config(shape, recipe)
+    ep1 = build_layer(cfg, None, shape, world.device)
+    layers = {p: build_layer(cfg, w, shape, world.device) for p, w in
+              subworlds.worlds.items()}
+    verdict = Verdict()
+    hashes = []
+    try:
+        for i, name in enumerate(STATES):
+            # the same rows for this rank in every world: generated for the largest world
+            state = make_scenario(name, world_size=world.size, capacity=shape.capacity,
+                                  top_k=shape.top_k, num_experts=shape.experts,
+                                  hidden_size=shape.hidden, seed=17)
+            x, ids, w = rank_inputs(state.ranks[world.rank], world.device)
+            ref = ep1.warmup(x, ids, w) if i == 0 else ep1.forward(x, ids, w)
+            for p, layer in layers.items():
+                got = layer.warmup(x, ids, w) if i == 0 else layer.forward(x, ids, w)
+                verdict.equal_bits(world.rank, f"{recipe} {name}: P={p} vs EP1", got, ref)
+                again = layer.forward(x, ids, w)
+                verdict.check(world.rank, f"{recipe} {name}: P={p} rerun hash differs",
+                              digest(again) == digest(got))
+            hashes.append(f"{name}={digest(ref)}")
+    finally:
+        for layer in (ep1, *layers.values()):
+            layer.destroy()
+    record_testsuite_property(f"row_hashes[{recipe}]", " ".join(hashes))
+    verdict.assert_clean(world)

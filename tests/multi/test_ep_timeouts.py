@@ -1,0 +1,67 @@
+"""Cross-rank waits are bounded (CONTRACTS.md s7): a peer that never arrives becomes a
+``CommTimeoutError`` naming the waiting rank, the step and the missing peer, after about the
+world's timeout and never an endless wait; the failed world refuses further forwards;
+``destroy()`` frees every rank's symmetric memory in bounded time after the failure."""
+
+from __future__ import annotations
+
+import time
+
+from fixtures.scenarios import make_scenario
+from megamoe import CommTimeoutError, ConfigError
+from tests.multi.ep_world import (
+    Verdict,
+    build_layer,
+    config,
+    rank_inputs,
+    shape_of,
+    short_timeout_world,
+)
+
+TIMEOUT_S = 2.0
+SLACK_S = 20.0
+"""What a timed-out forward may take beyond the timeout: its other steps, the host read of
+the status word, and in the emulated world the time slices of the other processes."""
+
+
+def test_a_peer_that_never_arrives_is_a_timeout_naming_rank_step_and_peer(world) -> None:
+    shape = shape_of(world)
+    short = short_timeout_world(world, TIMEOUT_S)
+    layer = build_layer(config(shape), short, shape, world.device)
+    absent = world.size - 1
+    verdict = Verdict()
+    state = make_scenario("dense-C", world_size=world.size, capacity=shape.capacity,
+                          top_k=shape.top_k, num_experts=shape.experts,
+                          hidden_size=shape.hidden, seed=37)
+    x, ids, w = rank_inputs(state.ranks[world.rank], world.device)
+    layer.warmup(x, ids, w)  # a healthy step first: the timeout is the absent peer's doing
+    world.barrier("before the missed step")
+    if world.rank != absent or world.size == 1:
+        t0 = time.monotonic()
+        try:
+            layer.forward(x, ids, w)
+            raised = None
+        except CommTimeoutError as err:
+            raised = err
+        took = time.monotonic() - t0
+        if world.size == 1:
+            verdict.check(world.rank, f"one rank has no peer to miss, got {raised!r}",
+                          raised is None)
+        else:
+            verdict.check(world.rank, f"expected a timeout at step 'ids' waiting for rank "
+                          f"{absent}, got {raised!r}", raised is not None and
+                          (raised.rank, raised.step, raised.peer) == (world.rank, "ids", absent))
+            verdict.check(world.rank, f"the timed-out forward took {took:.1f} s (timeout "
+                          f"{TIMEOUT_S} s)", TIMEOUT_S * 0.9 <= took <= TIMEOUT_S + SLACK_S)
+            try:
+                layer.forward(x, ids, w)
+                verdict.check(world.rank, "a failed world ran another forward", False)
+            except ConfigError as err:
+                verdict.check(world.rank, f"unclear refusal: {err}", "failed" in str(err))
+    t0 = time.monotonic()
+    layer.destroy()
+    short.destroy()
+    took = time.monotonic() - t0
+    verdict.check(world.rank, f"destroy after the failure took {took:.1f} s", took < SLACK_S)
+    verdict.check(world.rank, "symmetric buffers left after destroy", short.live_buffers == 0)
+    verdict.assert_clean(world)
