@@ -206,3 +206,116 @@ def test_sanitizer_case_changing_routes_small(world, recipe) -> None:
     finally:
         cl.destroy()
     v.assert_clean(world)
+
+
+@pytest.mark.cuda_graphs
+@pytest.mark.parametrize("checks", ["1", "0"])
+def test_masked_slot_contents_never_change_a_replayed_bit(world, monkeypatch, checks) -> None:
+    """CONTRACTS.md s2, s6, s9: NaN, +-Inf, the router's score or 0 behind masked ids, changed
+    in place between replays, give the same output bits (checks read at capture)."""
+    from megamoe.route_check_setting import ENV_VAR
+
+    monkeypatch.setenv(ENV_VAR, checks)
+    shape = shape_of(world)
+    cl = CapturedLayer(world, config(shape, "fp8_mxfp4"), shape)
+    v = Verdict()
+    try:
+        state = make_sequence(world_size=world.size, capacity=shape.capacity,
+                              top_k=shape.top_k, num_experts=shape.experts,
+                              hidden_size=shape.hidden, seed=43)[3]  # sparse-holes
+        mine = state.ranks[world.rank]
+        masked = mine.topk_ids == -1
+        router = torch.rand(mine.topk_weights.shape, generator=torch.Generator().manual_seed(3))
+        ref = None
+        for content in (float("nan"), float("inf"), float("-inf"), 0.0, "router"):
+            fill = router if content == "router" else torch.full_like(router, content)
+            cl.load(mine.hidden, mine.topk_ids, torch.where(masked, fill, mine.topk_weights),
+                    mine.num_tokens)
+            out = cl.replay()
+            cl.layer.check_errors()
+            if ref is None:
+                ref = out
+            v.equal_bits(world.rank, f"checks={checks} masked={content}",
+                         out[: mine.num_tokens], ref[: mine.num_tokens])
+    finally:
+        cl.destroy()
+    v.assert_clean(world)
+
+
+@pytest.mark.cuda_graphs
+def test_a_bad_route_on_one_rank_under_graphs_marks_its_row_only(world) -> None:
+    """CONTRACTS.md s2, s7: a bad route on one rank, written into a replayed graph's inputs:
+    every rank completes every replay; that rank's bad row is NaN, its status word makes
+    ``check_errors`` raise ``RouteError``; every other row of every rank is unchanged."""
+    from megamoe import RouteError
+    from oracle.routing import find_route_violations
+
+    shape = shape_of(world)
+    cl = CapturedLayer(world, config(shape, "bf16"), shape)
+    v = Verdict()
+    bad_rank, bad_row = world.size - 1, 2
+    try:
+        state = make_sequence(world_size=world.size, capacity=shape.capacity,
+                              top_k=shape.top_k, num_experts=shape.experts,
+                              hidden_size=shape.hidden, seed=47)[7]  # dense-C
+        mine = state.ranks[world.rank]
+        t = mine.num_tokens
+        cl.load(mine.hidden, mine.topk_ids, mine.topk_weights, t)
+        clean = cl.replay()
+        cl.layer.check_errors()
+        ids = mine.topk_ids.clone()
+        if world.rank == bad_rank:
+            ids[bad_row, 0] = shape.experts + 1
+        cl.load(mine.hidden, ids, mine.topk_weights, t)
+        out = cl.replay()
+        keep = torch.arange(shape.capacity) != bad_row
+        if world.rank == bad_rank:
+            v.check(world.rank, "the bad row is not NaN", bool(out[bad_row].isnan().all()))
+            v.equal_bits(world.rank, "rows beside the bad one", out[:t][keep[:t]],
+                         clean[:t][keep[:t]])
+            first = find_route_violations(ids[:t], mine.topk_weights[:t], shape.experts)[0]
+            try:
+                cl.layer.check_errors()
+                v.check(world.rank, "check_errors did not raise", False)
+            except RouteError as err:
+                v.check(world.rank, f"check_errors named {err}, not {first}",
+                        (err.row, err.slot, err.rule) == (first.row, first.slot, first.rule))
+        else:
+            v.equal_bits(world.rank, "a good rank's rows", out[:t], clean[:t])
+            cl.layer.check_errors()
+    finally:
+        cl.destroy()
+    v.assert_clean(world)
+
+
+@pytest.mark.cuda_graphs
+def test_teardown_with_live_graphs_ends_in_bounded_time(world) -> None:
+    """CONTRACTS.md s7: ``destroy()`` of the layer and of its world while a captured graph
+    still exists (never replayed again) frees every rank's symmetric memory at once."""
+    import time
+
+    from tests.multi.ep_world import short_timeout_world
+
+    shape = shape_of(world)
+    sub = short_timeout_world(world, 30.0)
+    cfg = config(shape, "bf16")
+    layer = build_layer(cfg, sub, shape, world.device)
+    x = torch.randn(4, shape.hidden, dtype=torch.bfloat16, device=world.device)
+    ids = torch.arange(4 * shape.top_k, device=world.device).view(4, -1) % shape.experts
+    w = torch.full((4, shape.top_k), 0.5, device=world.device)
+    layer.warmup(x, ids, w)
+    torch.cuda.synchronize(world.device)
+    graph = torch.cuda.CUDAGraph()
+    with capture(graph):
+        layer.forward(x, ids, w)
+    graph.replay()
+    torch.cuda.synchronize(world.device)
+    t0 = time.monotonic()
+    layer.destroy()
+    sub.destroy()
+    took = time.monotonic() - t0
+    v = Verdict()
+    v.check(world.rank, f"destroy with a live graph took {took:.1f} s", took < 20.0)
+    v.check(world.rank, "symmetric buffers left", sub.live_buffers == 0)
+    del graph
+    v.assert_clean(world)
