@@ -1,6 +1,6 @@
 """megamoe: Hopper CuTe DSL kernels for expert-parallel MoE layers, and their layer API.
 
-Semantics: ../shared/CONTRACTS.md (the oracle in ``oracle/`` defines them).
+Semantics: docs/contract.md (the oracle in ``oracle/`` defines them).
 """
 
 from megamoe.errors import CommTimeoutError, ConfigError, RouteError

@@ -1,4 +1,4 @@
-"""Errors raised by the layer API (CONTRACTS.md section 2)."""
+"""Errors raised by the layer API (docs/contract.md section 2)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ class ConfigError(ValueError):
     """A metadata check failed (shape, dtype, device, capacity, alignment, limits).
 
     Raised on the host before any launch. The message names the argument, the
-    expected value and the actual value (CONTRACTS.md s2).
+    expected value and the actual value (docs/contract.md s2).
     """
 
     def __init__(self, argument: str, expected: object, actual: object, detail: str = "") -> None:
@@ -19,7 +19,7 @@ class ConfigError(ValueError):
 
 
 class RouteError(ValueError):
-    """A route value check failed (CONTRACTS.md s2).
+    """A route value check failed (docs/contract.md s2).
 
     Names the first bad (row, slot, id, score, rule); rule is one of
     ``id_out_of_range``, ``duplicate_id``, ``non_finite_score`` (or
@@ -34,7 +34,7 @@ class RouteError(ValueError):
 
 
 class CommTimeoutError(RuntimeError):
-    """A cross-rank wait expired (CONTRACTS.md s7: waits are bounded).
+    """A cross-rank wait expired (docs/contract.md s7: waits are bounded).
 
     Names the rank that waited (``rank``), the step of the forward or of the world's setup
     (``step``) and the peer that never arrived (``peer``; -1 when the wait does not know

@@ -1,4 +1,4 @@
-"""CUDA-graph capture that Python's garbage collector cannot invalidate (CONTRACTS.md s9).
+"""CUDA-graph capture that Python's garbage collector cannot invalidate (docs/contract.md s9).
 
 ``torch.cuda.graph`` captures in CUDA's *global* mode: any CUDA call the process makes that
 is not permitted while a stream is capturing (creating or destroying a graph, a module, a

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (PDL) between megamoe's kernels (sm_90; CONTRACTS.md s9).
+"""Programmatic dependent launch (PDL) between megamoe's kernels (sm_90; docs/contract.md s9).
 
 A forward is a chain of small kernels (staging, layout, route tables, gathers, the two
 expert GEMMs, the A2 quantizer, the scatter, the combine). In plain stream order each one

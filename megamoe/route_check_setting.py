@@ -1,4 +1,4 @@
-"""The ``MEGAMOE_CHECK_ROUTES`` setting (CONTRACTS.md s2).
+"""The ``MEGAMOE_CHECK_ROUTES`` setting (docs/contract.md s2).
 
 Value checks (range, duplicates, finite active scores) run by default;
 ``MEGAMOE_CHECK_ROUTES=0`` turns them off (metadata checks and masked-score zeroing

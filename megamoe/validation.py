@@ -1,4 +1,4 @@
-"""Metadata checks for staging (CONTRACTS.md s1-s2).
+"""Metadata checks for staging (docs/contract.md s1-s2).
 
 Run on the host before any launch; they read only shapes, dtypes, devices and
 Python scalars, never tensor values, and never synchronize. Failure raises

@@ -1,4 +1,4 @@
-"""Capacity-shaped staging workspace with named regions (CONTRACTS.md s3, s9; DESIGN.md).
+"""Capacity-shaped staging workspace with named regions (docs/contract.md s3, s9; DESIGN.md).
 
 Everything a staging call writes lives in one byte buffer sized by capacity ``C``:
 the staged routes, the activation payload and scales in the recipe's wire format,
@@ -7,9 +7,9 @@ the sticky status word). Each region is a fixed, 16-byte aligned byte range of t
 buffer, so a forward captured in a CUDA graph keeps its pointers and replays with
 new contents. ``guard_bytes`` leaves untouched gaps before, between and after the
 regions; tests fill the whole buffer with a pattern and check that every byte outside
-the regions keeps it (CONTRACTS s3: nothing outside the documented regions is written).
+the regions keeps it (docs/contract.md s3: nothing outside the documented regions is written).
 
-The route-check setting in force (``MEGAMOE_CHECK_ROUTES``, CONTRACTS s2) is recorded
+The route-check setting in force (``MEGAMOE_CHECK_ROUTES``, docs/contract.md s2) is recorded
 here at warmup and at graph capture (``check_routes``; see ``megamoe.route_check_setting``).
 """
 
@@ -35,7 +35,7 @@ class StageFormat:
     ``kind``: ``bf16`` (bf16 copied), ``mxfp8`` (bf16 quantized to MXFP8), ``mxfp8_prequant``
     (MXFP8 payload and E8M0 scales copied), ``nvfp4`` (bf16 quantized to NVFP4 with the layer
     input global scale), ``nvfp4_prequant`` (NVFP4 copied), ``safe_fp8`` (per-token safe FP8,
-    the ``fp8_mxfp4`` recipe). ``elem``/``mode`` apply to the MXFP8 kinds (CONTRACTS s4).
+    the ``fp8_mxfp4`` recipe). ``elem``/``mode`` apply to the MXFP8 kinds (docs/contract.md s4).
     """
 
     kind: str
@@ -119,7 +119,7 @@ class Region:
 class StagingWorkspace:
     """One rank's staging workspace. Build with :meth:`create`.
 
-    Regions (CONTRACTS s3): ``ids`` int32 [C,K], ``scores`` float32 [C,K], ``payload``,
+    Regions (docs/contract.md s3): ``ids`` int32 [C,K], ``scores`` float32 [C,K], ``payload``,
     ``scales`` (absent for bf16), ``row_code`` int32 [C] (0 = good row, else the first bad
     (slot, rule) of the row, see ``megamoe.staging.constants``), ``bad_id`` int64 [C] and
     ``bad_score`` float64 [C] (the caller's id and score at that slot; slot 0's for a

@@ -1,4 +1,4 @@
-"""Masked BF16 combine of per-slot expert terms (CONTRACTS.md s6). ``combine_kernel`` holds
+"""Masked BF16 combine of per-slot expert terms (docs/contract.md s6). ``combine_kernel`` holds
 the CuTe DSL kernel; ``api`` the launcher and the Torch path."""
 
 from megamoe.combine.api import (

@@ -1,4 +1,4 @@
-"""Masked combine launcher (CONTRACTS.md s6, s8, s9).
+"""Masked combine launcher (docs/contract.md s6, s8, s9).
 
 ``masked_combine(terms, ids, out, num_tokens)`` writes, for every row ``t < T``
 (``T = num_tokens``)::
@@ -103,7 +103,7 @@ def _compiled(vec: int, id_dtype: torch.dtype, device: torch.device):
             raise CompileDuringCaptureError(
                 f"masked_combine kernel (vec={vec}, ids {name}) is not compiled and a CUDA "
                 "graph is being captured: call megamoe.combine.warmup(...) before capture "
-                "(CONTRACTS.md s9)"
+                "(docs/contract.md s9)"
             )
         from megamoe.combine import combine_kernel
 
@@ -134,7 +134,7 @@ def _torch_combine(terms, ids, out, num_tokens) -> None:
 
 def masked_combine(terms, ids, out, num_tokens: int, *, use_kernel: bool | None = None):
     """Write the masked combine of rows ``[0, num_tokens)`` into ``out`` and return ``out``
-    (module docstring; CONTRACTS.md s6). ``use_kernel=False`` forces the Torch path, True
+    (module docstring; docs/contract.md s6). ``use_kernel=False`` forces the Torch path, True
     insists on the kernel (ConfigError when the case needs the Torch path)."""
     plan = combine_plan(terms, ids, out, num_tokens)
     if use_kernel is True and plan == PLAN_TORCH:

@@ -1,4 +1,4 @@
-"""Masked BF16 combine kernel (CuTe DSL, sm_90a; CONTRACTS.md s6).
+"""Masked BF16 combine kernel (CuTe DSL, sm_90a; docs/contract.md s6).
 
 ``out[t, h] = bf16(sum over k = 0..K-1 with ids[t, k] != -1 of float32(terms[t, k, h]))`` for
 ``t < T``: one thread per (row, chunk of ``VEC`` columns), a float32 accumulator starting at

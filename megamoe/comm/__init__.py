@@ -1,4 +1,4 @@
-"""EP worlds (CONTRACTS.md s7, s11): ``init_world`` starts this process's rank of a world
+"""EP worlds (docs/contract.md s7, s11): ``init_world`` starts this process's rank of a world
 launched by torchrun; a ``World`` hands out symmetric memory with its peer-pointer table;
 ``megamoe.comm.push`` and ``megamoe.comm.signal`` are the only ways kernels reach peers."""
 

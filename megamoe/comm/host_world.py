@@ -1,4 +1,4 @@
-"""The ``host`` backend: symmetric memory in CPU shared memory (CONTRACTS.md s11, mode
+"""The ``host`` backend: symmetric memory in CPU shared memory (docs/contract.md s11, mode
 ``cpu``).
 
 Each rank creates a file of the allocation's size under ``/dev/shm`` (zero-filled by the

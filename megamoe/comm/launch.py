@@ -1,4 +1,4 @@
-"""Start this process's rank of an EP world, the way every world starts (CONTRACTS.md s11).
+"""Start this process's rank of an EP world, the way every world starts (docs/contract.md s11).
 
 Every world is launched by torchrun (``python -m torch.distributed.run``), one process per
 rank; ``init_world`` reads what torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,

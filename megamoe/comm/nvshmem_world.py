@@ -1,4 +1,4 @@
-"""The ``nvshmem`` backend: NVSHMEM symmetric memory through nvshmem4py (CONTRACTS.md s11).
+"""The ``nvshmem`` backend: NVSHMEM symmetric memory through nvshmem4py (docs/contract.md s11).
 
 Initialisation by unique id under torchrun: rank 0 makes the id, the world's gloo group
 hands it to every rank, each calls ``nvshmem.core.init(..., initializer_method="uid")`` on

@@ -1,5 +1,5 @@
 """The host side every multi-process world shares: a gloo process group for the rendezvous
-of allocations, barriers and small host collectives (CONTRACTS.md s11).
+of allocations, barriers and small host collectives (docs/contract.md s11).
 
 gloo, never NCCL: NCCL refuses two ranks on one GPU (the emulated world), and a host
 collective here only moves a few bytes at setup. Every call is bounded by the world's

@@ -1,4 +1,4 @@
-"""Host launcher of the peer push (``megamoe.comm.push_kernel``; CONTRACTS.md s7, s9).
+"""Host launcher of the peer push (``megamoe.comm.push_kernel``; docs/contract.md s7, s9).
 
 ``push_rows(src, ws, region, dest, src_index, dst_index, count)`` writes
 ``ws.peer(region, dest[i])[dst_index[i]] = src[src_index[i]]`` for ``i < count[0]`` and
@@ -10,7 +10,7 @@ The CuTe DSL kernel runs on a Hopper GPU (16-byte variant when every row base is
 aligned, else the word variant: rows of whole 4-byte words); anything else takes the
 PyTorch path (CPU worlds; it reads ``count`` on the host, so it is not capturable), which
 writes through the peer views with one indexed copy per destination rank. Compiled once per
-(variant, device); compiling during capture is an error (CONTRACTS.md s9).
+(variant, device); compiling during capture is an error (docs/contract.md s9).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _compiled(unit: int, device: torch.device):
             raise CompileDuringCaptureError(
                 f"peer push (unit {unit}) on {device} is not compiled and a CUDA graph is being "
                 "captured: call megamoe.comm.push.warmup(device) before capture "
-                "(CONTRACTS.md s9)")
+                "(docs/contract.md s9)")
         from megamoe.comm.push_kernel import compile_push
 
         with torch.cuda.device(device):

@@ -1,5 +1,5 @@
 """Rows to peers: ``peer(dest[i])[dst_index[i]] = src[src_index[i]]`` for ``i < n``, one
-CuTe DSL launch (CONTRACTS.md s7: dispatch sends each active slot's A1 row, scales and
+CuTe DSL launch (docs/contract.md s7: dispatch sends each active slot's A1 row, scales and
 score to the owner rank; the owner sends each term back to its source rank).
 
 The destination of row ``i`` is rank ``dest[i]``'s copy of a symmetric region, reached

@@ -1,5 +1,5 @@
 """The bounded signal between the steps of an EP forward (``megamoe.comm.signal_kernel``;
-CONTRACTS.md s7, s9).
+docs/contract.md s7, s9).
 
 ``StepSignal`` owns what the signal needs: the flag region of a symmetric workspace (int32
 ``[P]`` per rank, one flag per source rank), this rank's epoch (int32 ``[1]``) and its
@@ -42,7 +42,7 @@ def _compiled(device: torch.device):
         if torch.cuda.is_current_stream_capturing():
             raise CompileDuringCaptureError(
                 f"step signal on {device} is not compiled and a CUDA graph is being captured: "
-                "call megamoe.comm.signal.warmup(device) before capture (CONTRACTS.md s9)")
+                "call megamoe.comm.signal.warmup(device) before capture (docs/contract.md s9)")
         from megamoe.comm.signal_kernel import compile_signal
 
         with torch.cuda.device(device):

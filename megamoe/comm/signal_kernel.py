@@ -1,4 +1,4 @@
-"""The bounded all-to-all signal of an EP forward step, one CuTe DSL launch (CONTRACTS.md
+"""The bounded all-to-all signal of an EP forward step, one CuTe DSL launch (docs/contract.md
 s7: cross-rank waits are bounded and a peer that never arrives becomes a timeout error
 naming the rank and the step).
 

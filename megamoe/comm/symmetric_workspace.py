@@ -1,4 +1,4 @@
-"""Named regions of one symmetric buffer (CONTRACTS.md s3, s7, s9).
+"""Named regions of one symmetric buffer (docs/contract.md s3, s7, s9).
 
 Everything peers write into a rank during a forward lives in one symmetric allocation cut
 into fixed, 16-byte aligned regions with untouched guard gaps before, between and after

@@ -5,7 +5,7 @@ Every wrapper is one PTX statement through ``megamoe.ptx.asm_i32`` with a memory
 side effects, so the compiler neither drops it nor moves memory accesses across it. The
 ``.sys`` scope makes a release store and an acquire load order memory for every agent that
 can reach it: the other GPUs of a real world over NVLink, the other processes of an
-emulated world on the same GPU (CONTRACTS.md s7, s11).
+emulated world on the same GPU (docs/contract.md s7, s11).
 """
 
 from __future__ import annotations

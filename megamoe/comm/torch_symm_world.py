@@ -1,5 +1,5 @@
 """The ``torch_symm`` backend: torch symmetric memory (``torch.distributed._symmetric_memory``)
-over the world's gloo group (CONTRACTS.md s11, real and emulated worlds).
+over the world's gloo group (docs/contract.md s11, real and emulated worlds).
 
 An allocation is ``symm_mem.empty`` on this rank's device, zeroed, then
 ``symm_mem.rendezvous`` with the group (collective); ``peer(r)`` is the handle's

@@ -1,4 +1,4 @@
-"""The EP world interface (CONTRACTS.md s7, s11): rank, world size, symmetric memory with
+"""The EP world interface (docs/contract.md s7, s11): rank, world size, symmetric memory with
 its peer-pointer table, a host barrier, and the errors of a world.
 
 A ``World`` is one rank's handle on an expert-parallel world of ``size`` ranks. Its
@@ -36,14 +36,14 @@ from megamoe.errors import CommTimeoutError, ConfigError
 
 MODES = ("real", "emulated", "cpu")
 """``real``: one process and one GPU per rank; ``emulated``: P processes sharing one GPU;
-``cpu``: P processes on the CPU (the ``host`` backend). CONTRACTS.md s11."""
+``cpu``: P processes on the CPU (the ``host`` backend). docs/contract.md s11."""
 BACKENDS = ("torch_symm", "nvshmem", "host")
 MODE_BACKENDS = {"real": ("torch_symm", "nvshmem"), "emulated": ("torch_symm", "nvshmem"),
                  "cpu": ("host",)}
 """The backends each mode may use (``launch.init_world`` refuses the others)."""
 MEMORY_ORDERING_PROVEN = {"real": True, "emulated": False, "cpu": False}
 """Whether a world of this mode can show cross-GPU memory-ordering bugs: only ``real``
-(CONTRACTS.md s11: the emulated world time-slices one GPU; the CPU world runs no kernel)."""
+(docs/contract.md s11: the emulated world time-slices one GPU; the CPU world runs no kernel)."""
 NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                     "NVSHMEM_DISABLE_NVLS": "1"}
 """Set in every process of every world: NVLink multicast stays off (on shared hosts

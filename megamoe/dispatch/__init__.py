@@ -1,5 +1,5 @@
 """Dispatch layout: histogram, offsets, stable order and active extents of staged routes
-(CONTRACTS.md s3, s8). ``layout_kernel`` holds the CuTe DSL kernels; ``api`` the launcher."""
+(docs/contract.md s3, s8). ``layout_kernel`` holds the CuTe DSL kernels; ``api`` the launcher."""
 
 from megamoe.dispatch.api import (
     PATH_KERNEL,

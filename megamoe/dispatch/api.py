@@ -1,4 +1,4 @@
-"""Dispatch layout launcher (CONTRACTS.md s3, s8, s9).
+"""Dispatch layout launcher (docs/contract.md s3, s8, s9).
 
 ``dispatch_layout(staged_ids, num_experts, world_size, workspace=...)`` computes, from the
 staged ids of every source rank (int32 ``[C, K]`` each; a slot is active iff
@@ -123,7 +123,7 @@ class LayoutWorkspace:
 
     Regions are 16-byte aligned, separated (and surrounded) by ``guard_bytes`` that no call
     writes, so tests can fill the buffer with a pattern and check every byte outside the
-    regions. Allocate before graph capture (CONTRACTS.md s9).
+    regions. Allocate before graph capture (docs/contract.md s9).
     """
 
     def __init__(
@@ -244,7 +244,7 @@ def _compiled(device: torch.device, plan: str = PLAN_FOUR_LAUNCHES):
             raise CompileDuringCaptureError(
                 f"dispatch_layout kernel ({plan}) is not compiled and a CUDA graph is being "
                 "captured: call megamoe.dispatch.warmup(device) before capture "
-                "(CONTRACTS.md s9)"
+                "(docs/contract.md s9)"
             )
         from megamoe.dispatch import layout_kernel
 
@@ -334,7 +334,7 @@ def dispatch_layout(
     workspace: LayoutWorkspace | None = None,
     use_kernel: bool | None = None,
 ) -> DispatchLayoutResult:
-    """The dispatch layout of staged routes (module docstring; CONTRACTS.md s3, s8).
+    """The dispatch layout of staged routes (module docstring; docs/contract.md s3, s8).
 
     ``staged_ids``: a ``[P, C, K]`` int32 tensor (any strides; read in place), a ``[C, K]``
     tensor when ``world_size == 1``, or a sequence of P ``[C, K]`` int32 tensors (copied into

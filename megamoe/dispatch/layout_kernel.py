@@ -1,6 +1,6 @@
 """Dispatch-layout kernels (CuTe DSL, sm_90a): histogram, offsets, stable order, extents.
 
-Semantics: ``megamoe.dispatch.api.DispatchLayoutResult`` (CONTRACTS.md s3, s8; bitwise equal to
+Semantics: ``megamoe.dispatch.api.DispatchLayoutResult`` (docs/contract.md s3, s8; bitwise equal to
 the oracle's dispatch layout). Input: staged ids int32 ``[P, C, K]`` (any strides); a slot is
 active iff ``0 <= id < E``. Each rank's slots are read in flat order ``f = row * K + k``.
 

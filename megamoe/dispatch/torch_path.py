@@ -1,4 +1,4 @@
-"""Torch fallback of the dispatch layout (CONTRACTS.md s3, s8): same outputs as the kernel.
+"""Torch fallback of the dispatch layout (docs/contract.md s3, s8): same outputs as the kernel.
 
 Used for CPU tensors, for ``E`` above the kernel's limit, and when a caller forces it. Not
 capture-safe (it sizes ``order`` from the data); the kernel path is.

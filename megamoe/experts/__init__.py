@@ -1,1 +1,1 @@
-"""Expert GEMMs (CONTRACTS.md s5): grouped Hopper GEMMs over the local experts."""
+"""Expert GEMMs (docs/contract.md s5): grouped Hopper GEMMs over the local experts."""

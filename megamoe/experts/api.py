@@ -1,4 +1,4 @@
-"""Host API of the grouped expert GEMM (CONTRACTS.md s5, s8, s9).
+"""Host API of the grouped expert GEMM (docs/contract.md s5, s8, s9).
 
 ``grouped_gemm(a, b, seg_start, counts, out, mode=..., row_scale=None, clamp=None)`` computes,
 for every expert ``e`` and every live row ``r`` of it (``seg_start[e] <= r < seg_start[e] +
@@ -26,7 +26,7 @@ variant's column tile (``default_config(N)``: 256, 192, 128 or 64, the widest th
 warp-specialized persistent kernels for the first three). Kernels are compiled once per
 (mode, N, K, variant, device) and cached;
 a miss while a CUDA graph is being captured raises ``CompileDuringCaptureError`` (call
-``warmup`` first, CONTRACTS.md s9). ``grouped_gemm_torch`` is the PyTorch path (reads the
+``warmup`` first, docs/contract.md s9). ``grouped_gemm_torch`` is the PyTorch path (reads the
 counts on the host: it syncs and is not capturable): the reference of the tests and the
 fallback where the kernel cannot run (non-CUDA tensors, GPUs other than Hopper).
 """
@@ -63,7 +63,7 @@ _HOPPER = (9, 0)
 _CACHE: dict[tuple[object, ...], object] = {}
 OUT_DTYPES = (torch.bfloat16, torch.float32)
 PRE_LANES = 4
-"""Columns of ``pre_scale``: the safe-FP8 scale wire ``[rows, 4]`` (CONTRACTS.md s4)."""
+"""Columns of ``pre_scale``: the safe-FP8 scale wire ``[rows, 4]`` (docs/contract.md s4)."""
 COMPILE_COUNT = {"n": 0}
 
 __all__ = [
@@ -175,7 +175,7 @@ def _check_b(b: object, k: int) -> tuple[int, int, str]:
 
 def _check(a, b, seg_start, counts, out, mode, row_scale, clamp,
            pre_scale=None) -> tuple[int, int, int, int]:
-    """Metadata checks (CONTRACTS.md s2 style); returns (M_cap, E, N, K)."""
+    """Metadata checks (docs/contract.md s2 style); returns (M_cap, E, N, K)."""
     if mode not in MODES:
         raise ConfigError("mode", f"one of {MODES}", repr(mode))
     for name, t in (("a", a), ("seg_start", seg_start), ("counts", counts), ("out", out)):
@@ -327,7 +327,7 @@ def gemm_config(weights: str, n: int, routes: int | None = None,
     experts the GEMM covers (one when not given) and ``tokens`` the capacity in tokens
     (``C``: the most rows one expert can get). A layer picks it once from its config, so
     the variant, and with it every row's result, never depends on a batch's live rows
-    (CONTRACTS.md s7)."""
+    (docs/contract.md s7)."""
     if weights not in WEIGHT_KINDS:
         raise ConfigError("weights", f"one of {WEIGHT_KINDS}", repr(weights))
     if experts is not None and (isinstance(experts, bool) or not isinstance(experts, int)
@@ -354,7 +354,7 @@ def _compiled(mode: str, n: int, k: int, device: torch.device,
             f"grouped GEMM (mode={mode!r}, N={n}, K={k}, config {cfg.name}, weights "
             f"{weights}, float32 out {out_f32}) on {device} is not compiled and a CUDA graph "
             "is being captured: call megamoe.experts.api.warmup(...) before capture "
-            "(CONTRACTS.md s9)"
+            "(docs/contract.md s9)"
         )
     with torch.cuda.device(device):
         if weights != "bf16":

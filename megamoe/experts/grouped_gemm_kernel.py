@@ -1,6 +1,6 @@
 """Grouped expert GEMM for Hopper (sm_90a): ``out[rows of e] = epilogue(a[rows of e] @ b[e].T)``.
 
-The expert GEMMs of CONTRACTS.md s5 for the ``bf16`` recipe, grouped over the local experts,
+The expert GEMMs of docs/contract.md s5 for the ``bf16`` recipe, grouped over the local experts,
 on the rows routed to each expert only:
 
 - ``a`` bf16 ``[M_cap, K]`` (row-major), rows grouped by expert: expert ``e`` owns the live
@@ -35,7 +35,7 @@ into 128B-swizzled shared memory through a ``stages``-deep mbarrier pipeline
   loads of the next.
 
 The K loop is fixed (``K / TILE_K`` steps in order, no split-K), so a row's bits depend only
-on its own ``a`` row and ``b[e]`` (CONTRACTS.md s8): not on other rows, on the expert's row
+on its own ``a`` row and ``b[e]`` (docs/contract.md s8): not on other rows, on the expert's row
 count or on the row's position in its tile (the GPU tests check it bitwise).
 
 Each tile finds its expert from ``seg_start``: ``e = #{j in [1, E) : seg_start[j] <= row0}``
@@ -80,7 +80,7 @@ B_TILES = 3
 (``KernelConfig.b_tiles``); the non-specialized MX kernel's barrier scheme needs exactly
 three (``mxfp4_gemm_kernel`` module docstring)."""
 PRE_LANES = 4
-"""Lanes of the safe-FP8 scale wire ``[rows, 4]`` (CONTRACTS.md s4); the epilogue reads lane 0."""
+"""Lanes of the safe-FP8 scale wire ``[rows, 4]`` (docs/contract.md s4); the epilogue reads lane 0."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ uniform T = 4 706.0 / 697.0, T = 16 2749.2 / 2706.6, T = 64 5577.2 / 5459.8; pas
 bound uniform T = 256 5554.7 / 5591.4, T = 1024 6012.7 / 6696.2 and skewed T = 1024
 239.0 / 417.5 (docs/perf.md, "Live rows"). A choice from the capacity, never from the live
 rows, so a row's result does not depend on how many other rows a batch has
-(CONTRACTS.md s7)."""
+(docs/contract.md s7)."""
 _NARROW = KernelConfig(128, 6, True)
 
 
@@ -389,7 +389,7 @@ def halves_tile(block: Int32, tiles: Int32, select=cutlass.select_) -> Int32:
     """The raster tile (``locate``'s order) of live block ``block`` of ``tiles``: the first
     ``ceil(tiles / 2)`` blocks take the even tiles in order, the rest the odd ones. A
     bijection of ``[0, tiles)``, so every tile still has one CTA and no output bit depends
-    on it (CONTRACTS.md s7).
+    on it (docs/contract.md s7).
 
     Why: with 64-row tiles and segments padded to ``TILE_M`` = 128 rows, ``locate``'s even
     tiles are the first halves of the segments, where a small batch's rows sit (rows fill a
@@ -431,7 +431,7 @@ def make_locate_cta(n_tiles: int, tile_m: int = TILE_M, halves: bool = False):
 @cute.jit
 def swiglu_act(gate: Float32, up: Float32, row: Int32, m_pre: cute.Tensor, m_scale: cute.Tensor,
                use_scale: Int32, use_pre: Int32, clamp: Float32) -> Float32:
-    """FC1's epilogue of one output element of row ``row`` (CONTRACTS.md s5 steps 1-4), float32
+    """FC1's epilogue of one output element of row ``row`` (docs/contract.md s5 steps 1-4), float32
     throughout: ``gate`` and ``up`` times the row's pre-scale ``m_pre[row]`` (``use_pre``),
     ``gate = min(gate, clamp)``, ``up = clamp(up, -clamp, clamp)``, ``act = up * gate *
     sigmoid(gate)``, times the score ``m_scale[row]`` (``use_scale``). Shared by every
@@ -453,7 +453,7 @@ def swiglu_act(gate: Float32, up: Float32, row: Int32, m_pre: cute.Tensor, m_sca
 @cute.jit
 def plain_value(h: Float32, row: Int32, m_pre: cute.Tensor, m_scale: cute.Tensor,
                 use_scale: Int32, use_pre: Int32) -> Float32:
-    """FC2's epilogue of one output element of row ``row`` (CONTRACTS.md s5 steps 5-7): ``h``
+    """FC2's epilogue of one output element of row ``row`` (docs/contract.md s5 steps 5-7): ``h``
     times the row's pre-scale (``use_pre``), then times the score (``use_scale``)."""
     if use_pre != Int32(0):
         h = h * m_pre[row]
@@ -468,7 +468,7 @@ def make_store(swiglu: bool, n_out: int, out_f32: bool):
     ``live_end`` not stored.
 
     ``use_pre``: multiply every accumulator by ``pre[row, 0]`` first (``pre`` float32
-    ``[M_cap, PRE_LANES]``, the safe-FP8 dequant scale wire of CONTRACTS.md s4: FC1 applies
+    ``[M_cap, PRE_LANES]``, the safe-FP8 dequant scale wire of docs/contract.md s4: FC1 applies
     A1's ``d`` to ``h1`` before the clamp and SwiGLU, FC2 applies A2's ``d`` to ``h2``);
     ``use_scale``: multiply the result by ``scale[row]`` (the score: early weighting after
     SwiGLU, late weighting after FC2).

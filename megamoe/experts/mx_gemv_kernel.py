@@ -1,6 +1,6 @@
 """Decode-batch grouped GEMM with block-scaled weights on warp-level MMAs (Hopper, sm_90a).
 
-The same contract as ``mxfp4_gemm_kernel`` (its module docstring; CONTRACTS.md s4 MXFP4,
+The same contract as ``mxfp4_gemm_kernel`` (its module docstring; docs/contract.md s4 MXFP4,
 MXFP8, NVFP4, s5, s8), for its three weight formats (``GEMV_FORMATS``): the grouped raster over ``TILE_M``-row segment tiles, both modes and epilogues
 (``swiglu_act`` / ``plain_value``, shared with every other variant), float32 or bf16 output,
 rows outside the live segments never written, every element of ``b`` decoded exactly to the
@@ -35,7 +35,7 @@ Order of the float32 sums: fixed by ``K`` and ``gemv_warps`` alone (each warp's 
 order, then the warps in order), never by the rows of the batch: a token's MMA column is
 computed from its own activations only (tokens past the live rows are zero operands), so a
 row's bits depend only on its own ``a`` row, pre-scale and score, and ``b[e]`` (the
-invariance contract, CONTRACTS.md s8). They differ from the wgmma variants' order, so the two
+invariance contract, docs/contract.md s8). They differ from the wgmma variants' order, so the two
 agree within the s8 GEMM tolerance, not bit for bit.
 
 The weight rows are taken in the order that puts a lane's two A rows next to each other in

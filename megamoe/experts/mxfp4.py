@@ -1,4 +1,4 @@
-"""MXFP4 expert weights as the grouped GEMM reads them (CONTRACTS.md s4 MXFP4, s5).
+"""MXFP4 expert weights as the grouped GEMM reads them (docs/contract.md s4 MXFP4, s5).
 
 ``Mxfp4Matrix`` holds per-expert packed E2M1 codes and E8M0 scale bytes; ``quantize_mxfp4``
 makes one from float weights (mode ``rceil``, the contract's default) and ``dequantize``
@@ -22,7 +22,7 @@ E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 @dataclass(frozen=True)
 class Mxfp4Matrix:
-    """Per-expert MXFP4 weights ``[E, N, K]`` (CONTRACTS.md s4): ``codes`` uint8
+    """Per-expert MXFP4 weights ``[E, N, K]`` (docs/contract.md s4): ``codes`` uint8
     ``[E, N, K / 2]`` (two E2M1 codes per byte, element ``2j`` in the low nibble) and
     ``scales`` uint8 ``[E, N, K / 32]`` (E8M0 bytes, unpadded), both contiguous. Value of
     element ``(e, n, k)``: ``e2m1(code) * 2**(scales[e, n, k // 32] - 127)`` (byte 0xFF:
@@ -61,7 +61,7 @@ def dequantize_mxfp4(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_mxfp4(w: torch.Tensor) -> Mxfp4Matrix:
-    """Float weights ``[E, N, K]`` -> ``Mxfp4Matrix`` (CONTRACTS.md s4 MXFP4, mode ``rceil``:
+    """Float weights ``[E, N, K]`` -> ``Mxfp4Matrix`` (docs/contract.md s4 MXFP4, mode ``rceil``:
     ``e = ceil(log2(amax / 6))`` from the bits of one float32 division, clamped to
     [-127, 127]; an all-zero block gets byte 0, a NaN/Inf block 0xFF and codes 0; codes
     ``e2m1(sat(x * 2**-e))`` with ties to the even code)."""

@@ -1,6 +1,6 @@
 """Grouped expert GEMM with MXFP4 weights dequantized inside the mainloop (Hopper, sm_90a).
 
-The expert GEMMs of the ``fp8_mxfp4`` recipe (CONTRACTS.md s4 MXFP4, s5): the same grouped
+The expert GEMMs of the ``fp8_mxfp4`` recipe (docs/contract.md s4 MXFP4, s5): the same grouped
 raster, segments, epilogues and row rules as ``grouped_gemm_kernel`` (its module docstring),
 with ``b`` an MXFP4 matrix per expert instead of bf16:
 
@@ -44,7 +44,7 @@ release a tile once their wgmmas on it are complete), and a separate warp issues
 loads; so the decode neither waits at a CTA-wide barrier each k tile nor for the wgmmas.
 
 The K loop is fixed and in order (no split-K), so a row's bits depend only on its own ``a``
-row, its pre-scale and score, and ``b[e]`` (the invariance contract, CONTRACTS.md s8).
+row, its pre-scale and score, and ``b[e]`` (the invariance contract, docs/contract.md s8).
 """
 
 # no `from __future__ import annotations`: cute.struct reads its annotations as objects
@@ -303,12 +303,12 @@ NVFP4's two-stage 64-row variant won nowhere in the layer (its bound was 0 until
 pipelines, ``MX_NARROW_DEPTHS``, were measured; with them, the same trade as MXFP4's: the
 DeepSeek layer 28 % faster at uniform T = 1024 and 27 % slower at skewed T = 1024). A
 choice from the capacity and the expert count, never from a batch's live rows
-(CONTRACTS.md s7)."""
+(docs/contract.md s7)."""
 
 
 GEMV_MAX_ROWS = {"mxfp4": 32, "nvfp4": 32, "mxfp8": 32}
 """Per format: callers whose capacity in tokens (``C``, the most rows one expert can get: an
-expert appears at most once per token, CONTRACTS.md s2) is at most this many get
+expert appears at most once per token, docs/contract.md s2) is at most this many get
 ``GEMV_DEFAULT``, the decode-batch GEMV on warp-level MMAs (``mx_gemv_kernel``); formats not
 named here have no GEMV variant. Its cost grows with the rows of an expert (one pass over
 the expert's weights per ``GEMV_ROWS`` = 16 rows), the wgmma variants' hardly. H200, GEMM
@@ -445,7 +445,7 @@ def scale_run_in_smem(cfg: KernelConfig, k: int, weights: str = "mxfp4") -> bool
     gpt-oss's 2880 is not): each decode thread then loads its row's scale vectors from
     global memory into registers one vector ahead of the one it decodes with
     (``kernel_specialized``). The bytes, and so every decoded bf16, are the same either way
-    (CONTRACTS.md s4)."""
+    (docs/contract.md s4)."""
     k_scales = k // SCALE_BLOCK[weights]
     return not (cfg.scale_regs and k_scales % SCALE_VEC_BYTES == 0)
 

@@ -1,4 +1,4 @@
-"""MXFP8 expert weights as the grouped GEMM reads them (CONTRACTS.md s4 MXFP8, s5 ``mxfp8``).
+"""MXFP8 expert weights as the grouped GEMM reads them (docs/contract.md s4 MXFP8, s5 ``mxfp8``).
 
 ``Mxfp8Matrix`` holds per-expert E4M3 payload and E8M0 scale bytes (blocks of 32 along K);
 ``quantize_mxfp8_weights`` makes one from float weights (E4M3, the contract's weight element,
@@ -49,7 +49,7 @@ class Mxfp8Matrix:
 
 
 def quantize_mxfp8_weights(w: torch.Tensor, mode: str = "rceil") -> Mxfp8Matrix:
-    """Float weights ``[E, N, K]`` -> ``Mxfp8Matrix`` (E4M3, scale mode ``mode``; CONTRACTS.md
+    """Float weights ``[E, N, K]`` -> ``Mxfp8Matrix`` (E4M3, scale mode ``mode``; docs/contract.md
     s4), one expert at a time."""
     if w.dim() != 3 or w.shape[2] % c.MX_BLOCK:
         raise ValueError(f"w: expected [E, N, K] with K a multiple of {c.MX_BLOCK}, got "

@@ -1,4 +1,4 @@
-"""NVFP4 expert weights as the grouped GEMM reads them (CONTRACTS.md s4 NVFP4, s5 ``nvfp4``).
+"""NVFP4 expert weights as the grouped GEMM reads them (docs/contract.md s4 NVFP4, s5 ``nvfp4``).
 
 ``Nvfp4Matrix`` holds per-expert packed E2M1 codes, E4M3 block scales (16 elements each) and
 the per-expert float32 global decode scale ``g``. The GEMM decodes ``code * scale`` to bf16
@@ -19,7 +19,7 @@ from megamoe.staging import constants as c
 from megamoe.staging.torch_path import quantize_nvfp4
 
 NVFP4_WEIGHT_DIVISOR = c.E4M3_MAX * c.E2M1_MAX
-"""``g = amax / (448 * 6)`` per expert (CONTRACTS.md s4)."""
+"""``g = amax / (448 * 6)`` per expert (docs/contract.md s4)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Nvfp4Matrix:
 
 def quantize_nvfp4_weights(w: torch.Tensor) -> Nvfp4Matrix:
     """Float weights ``[E, N, K]`` -> ``Nvfp4Matrix`` with ``g[e] = amax(w[e]) / (448 * 6)``
-    (one float32 division), one expert at a time (CONTRACTS.md s4)."""
+    (one float32 division), one expert at a time (docs/contract.md s4)."""
     if w.dim() != 3 or w.shape[2] % c.NVFP4_BLOCK:
         raise ValueError(f"w: expected [E, N, K] with K a multiple of {c.NVFP4_BLOCK}, got "
                          f"{tuple(w.shape)}")

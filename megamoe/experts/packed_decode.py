@@ -36,7 +36,7 @@ Either way the product with the block scale (a power of two for E8M0; an E4M3 va
 NVFP4) rounds once to bf16. That is the value the table decode computed (float32
 ``x * scale``, exact, then one rounding to bf16): ``x`` has at most 2 (E2M1) or 4 (E4M3)
 significant bits and the scale 1 or 4, so the float32 product is exact and both paths round
-the same real number once (CONTRACTS.md s4; the exhaustive decode tests in
+the same real number once (docs/contract.md s4; the exhaustive decode tests in
 ``tests/single/`` compare every code under every scale byte with the oracle).
 
 E4M3 NaN (``e | m`` all ones) has no such placement; ``e4m3_word_scaled`` tests a word
@@ -62,7 +62,7 @@ from megamoe.staging.dsl_bits import e4m3_to_float, e8m0_to_float, f2i
 
 E2M1_MAGNITUDES = tuple((1 + m / 2) * 2.0 ** (e - 1) if e else m / 2
                         for e in range(4) for m in range(2))
-"""The E2M1 magnitudes by code bits ``e | m`` (bias 1, one mantissa bit; CONTRACTS.md s4):
+"""The E2M1 magnitudes by code bits ``e | m`` (bias 1, one mantissa bit; docs/contract.md s4):
 0, 0.5, 1, 1.5, 2, 3, 4, 6, all exact in bf16."""
 
 

@@ -23,7 +23,7 @@ The fixup (one launch, deterministic):
 
 So a row's bits depend only on its own ``a`` row (and pre-scale, score), the expert's weights
 and ``S``: not on which CTA arrives last, on the other rows or on their number (the
-invariance contract, CONTRACTS.md s8; ``S`` is fixed by the variant, which the caller picks,
+invariance contract, docs/contract.md s8; ``S`` is fixed by the variant, which the caller picks,
 never a batch: s7). The sum differs from the unsplit K loop's by float32 reassociation only,
 far inside the s8 tolerances. No default picks a split-K variant (measured:
 ``mxfp4_gemm_kernel.SPLIT_K_NOTE``).

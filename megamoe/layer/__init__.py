@@ -1,4 +1,4 @@
-"""The MegaMoE layer on one GPU (CONTRACTS.md s1-s10): staging, dispatch layout, expert
+"""The MegaMoE layer on one GPU (docs/contract.md s1-s10): staging, dispatch layout, expert
 GEMMs and masked combine behind one object (``MoELayer``, built from a ``LayerConfig``)."""
 
 from megamoe.layer.config import LAYER_RECIPES, LayerConfig

@@ -1,5 +1,5 @@
 """Host launcher of the ``fp8_mxfp4`` A2 quantizer (``megamoe.layer.a2_quant_kernel``;
-CONTRACTS.md s4 safe FP8, s5 step 5).
+docs/contract.md s4 safe FP8, s5 step 5).
 
 ``quantize_a2_safe_fp8(act, a2, d, rows, count)``: for every listed row ``r = rows[i]``,
 ``i < count[0]`` (``rows`` int64, the GEMM rows of the routes, as the layer's gathers use
@@ -129,7 +129,7 @@ def _compiled(device: torch.device, kind: str = "safe_fp8"):
     if torch.cuda.is_current_stream_capturing():
         raise CompileDuringCaptureError(
             f"A2 quantizer on {device} is not compiled and a CUDA graph is being captured: "
-            "call megamoe.layer.a2_quant.warmup(device) before capture (CONTRACTS.md s9)"
+            "call megamoe.layer.a2_quant.warmup(device) before capture (docs/contract.md s9)"
         )
     from megamoe.layer.a2_quant_kernel import compile_a2_mxfp8, compile_a2_safe_fp8
 
@@ -195,7 +195,7 @@ def quantize_a2_mxfp8_torch(act, a2, rows, count, elem: str, mode: str) -> None:
 
 def quantize_a2_mxfp8(act: torch.Tensor, a2: torch.Tensor, rows: torch.Tensor,
                       count: torch.Tensor, elem: str, mode: str) -> str:
-    """A2 of the ``mxfp8`` recipe (CONTRACTS.md s4-s5): every listed row of the float32
+    """A2 of the ``mxfp8`` recipe (docs/contract.md s4-s5): every listed row of the float32
     ``act`` quantized to MXFP8 (``elem``, ``mode``; blocks of 32 along ``I``) and written into
     ``a2`` as its dequantized values rounded to bf16 (exact unless below 2**-130; a NaN/Inf
     block gives NaN). Other rows are neither read nor written. Returns the path taken."""
@@ -233,7 +233,7 @@ def quantize_a2_nvfp4_torch(act, a2, rows, count, global_scale: float) -> None:
 
 def quantize_a2_nvfp4(act: torch.Tensor, a2: torch.Tensor, rows: torch.Tensor,
                       count: torch.Tensor, global_scale: float) -> str:
-    """A2 of the ``nvfp4`` recipe (CONTRACTS.md s4-s5): every listed row of the float32 ``act``
+    """A2 of the ``nvfp4`` recipe (docs/contract.md s4-s5): every listed row of the float32 ``act``
     quantized to NVFP4 with ``g = global_scale`` (blocks of 16 along ``I``) and written into
     ``a2`` as ``e2m1(code) * float32(s)`` in bf16 (exact), **without** ``g`` (FC2 applies it
     in float32). A NaN/Inf block gives NaN. Returns the path taken."""

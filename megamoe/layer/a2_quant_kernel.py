@@ -1,5 +1,5 @@
 """A2 of the ``fp8_mxfp4`` recipe: safe FP8 per row over the float32 SwiGLU output, one
-CuTe DSL launch (CONTRACTS.md s4 safe FP8, s5 step 5).
+CuTe DSL launch (docs/contract.md s4 safe FP8, s5 step 5).
 
 The safe-FP8 scale of a row spans all ``I`` columns, which no FC1 tile sees whole (a tile
 holds ``tile_n / 2`` of them), so FC1 writes ``act`` in float32 and this kernel quantizes
@@ -52,7 +52,7 @@ WARPS = THREADS // 32
 VEC = 4
 """float32 per 16-byte load (``I`` is a multiple of it)."""
 LANES = 4
-"""Columns of the scale wire (CONTRACTS.md s4)."""
+"""Columns of the scale wire (docs/contract.md s4)."""
 MAX_BLOCKS = 1024
 _FAKE_ADDR = 1 << 20
 
@@ -237,7 +237,7 @@ _FP8_DECODE = {"e4m3": e4m3_to_float, "e5m2": e5m2_to_float}
 
 
 def _make_mx(elem: str, mode: str):
-    """A2 of the ``mxfp8`` recipe (CONTRACTS.md s4 MXFP8, s5 step 5): blocks of 32 along
+    """A2 of the ``mxfp8`` recipe (docs/contract.md s4 MXFP8, s5 step 5): blocks of 32 along
     ``I``, quantized with the staging kernel's exponent and cast (``make_mx_exponent``,
     ``make_sat_fp8``) and written as the dequantized value ``fp8(code) * 2**e`` rounded to
     bf16 (exact unless below 2**-130): the operand FC2 multiplies. A NaN/Inf block gives
@@ -273,7 +273,7 @@ def _nvfp4_prepare(g_bits: Int32):
 
 
 def _nvfp4_encode(amax_b: Int32, pre):
-    """A2 of the ``nvfp4`` recipe (CONTRACTS.md s4 NVFP4, s5 step 5): blocks of 16 along
+    """A2 of the ``nvfp4`` recipe (docs/contract.md s4 NVFP4, s5 step 5): blocks of 16 along
     ``I``, quantized with ``g`` by the staging kernel's block arithmetic
     (``nvfp4_block_scale``, ``e2m1_code``), written as ``e2m1(code) * float32(s)`` in bf16
     (exact), **without** ``g``: FC2 applies it in float32. A NaN/Inf block gives NaN."""

@@ -1,4 +1,4 @@
-"""The layer's configuration, validated once at construction (CONTRACTS.md s0, s1, s5).
+"""The layer's configuration, validated once at construction (docs/contract.md s0, s1, s5).
 
 ``LayerConfig`` names what a MegaMoE layer on one GPU (EP1) is built for: experts ``E``,
 top-k ``K``, hidden size ``H``, intermediate size ``I``, capacity ``C`` (the most tokens one
@@ -16,9 +16,9 @@ from megamoe.errors import ConfigError
 from megamoe.experts.grouped_gemm_kernel import TILE_K, TILE_N
 
 KNOWN_RECIPES = ("bf16", "mxfp8", "nvfp4", "fp8_mxfp4")
-"""Every recipe of CONTRACTS.md s5."""
+"""Every recipe of docs/contract.md s5."""
 LAYER_RECIPES = ("bf16", "fp8_mxfp4", "mxfp8", "nvfp4")
-"""Recipes the layer runs (every recipe of CONTRACTS.md s5); the layer never silently
+"""Recipes the layer runs (every recipe of docs/contract.md s5); the layer never silently
 computes a different recipe."""
 MXFP8_ELEMS = ("e4m3", "e5m2")
 MX_MODES = ("rceil", "floor")
@@ -36,7 +36,7 @@ def _positive_int(name: str, value: object) -> int:
 
 @dataclass(frozen=True)
 class LayerConfig:
-    """One MoE layer on one GPU (EP1). See the module docstring; CONTRACTS.md s5.
+    """One MoE layer on one GPU (EP1). See the module docstring; docs/contract.md s5.
 
     num_experts (E), top_k (K, at most E), hidden_size (H, a multiple of ``H_MULTIPLE``),
     intermediate_size (I, a multiple of ``I_MULTIPLE``), capacity (C): positive ints.
@@ -49,7 +49,7 @@ class LayerConfig:
         ``e5m2``, A1 and A2 alike) and the MX scale mode (``rceil`` or ``floor``) of the
         activations and of weights the layer quantizes.
     nvfp4_input_scale, nvfp4_a2_scale: recipe ``nvfp4`` only: the global decode scales ``g``
-        of A1 and A2 (finite, > 0; CONTRACTS.md s4).
+        of A1 and A2 (finite, > 0; docs/contract.md s4).
     """
 
     num_experts: int

@@ -1,4 +1,4 @@
-"""The exchange steps of the EP forward (CONTRACTS.md s7): routes to every rank, A1 rows to
+"""The exchange steps of the EP forward (docs/contract.md s7): routes to every rank, A1 rows to
 their expert's owner, terms back to their source rank.
 
 One ``EpExchange`` per layer and rank. Everything peers write into this rank lives in one

@@ -1,5 +1,5 @@
 """``MoELayer``: the MegaMoE layer on one GPU (EP1) or as one rank of an EP world, every
-stage a CuTe DSL kernel (CONTRACTS.md s1-s9).
+stage a CuTe DSL kernel (docs/contract.md s1-s9).
 
 In an EP world (``world=``: a ``megamoe.comm.World``; rank r holds only the weights of its
 experts ``[r*E_l, (r+1)*E_l)``) the forward adds the exchange of
@@ -7,7 +7,7 @@ experts ``[r*E_l, (r+1)*E_l)``) the forward adds the exchange of
 rank, each route's A1 row, scales and score to its owner, the owner's GEMMs over the rows it
 received, each term back to its source rank. The GEMM variants are the EP1 layer's (chosen
 from the configuration, never from the world size), so every rank's rows are bitwise equal to
-EP1's (CONTRACTS.md s7). Every rank takes part in every call (``warmup``, each forward, each
+EP1's (docs/contract.md s7). Every rank takes part in every call (``warmup``, each forward, each
 replay); a bad route raises ``RouteError`` on its rank after the step, a peer that never
 arrives ``CommTimeoutError``.
 
@@ -15,7 +15,7 @@ One forward, for ``T <= C`` tokens (or a device live count under CUDA graphs):
 
 1. **stage** (``megamoe.staging``): route value checks, routes staged into the workspace
    (ids int32, scores float32, masked scores ``+0.0``, rows ``[T, C)`` emptied), the bf16
-   activations copied (CONTRACTS s2-s3);
+   activations copied (docs/contract.md s2-s3);
 2. **layout** (``megamoe.dispatch``): per-expert counts over active slots only, offsets and
    the stable order ``(expert, row, slot)`` of the routed slots (s3, s8);
 3. **gather** (row permute): every routed slot's A1 row into its expert's segment of the
@@ -81,7 +81,7 @@ SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 STAGE_FORMATS = {"bf16": "bf16", "fp8_mxfp4": "safe_fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
-"""The staging format of each layer recipe's A1 (CONTRACTS.md s5 table)."""
+"""The staging format of each layer recipe's A1 (docs/contract.md s5 table)."""
 
 
 def _capturing(device: torch.device) -> bool:
@@ -192,7 +192,7 @@ class MoELayer:
             raise ConfigError("layer", "a layer that has not been destroyed", "destroyed")
 
     def _check_inputs(self, hidden, topk_ids, topk_weights, live_tokens, out) -> int:
-        """Metadata checks before any launch (CONTRACTS.md s1, s2); returns T."""
+        """Metadata checks before any launch (docs/contract.md s1, s2); returns T."""
         cfg = self.config
         for name, t in (("hidden", hidden), ("topk_ids", topk_ids),
                         ("topk_weights", topk_weights)):
@@ -246,12 +246,12 @@ class MoELayer:
     def warmup(self, hidden: torch.Tensor, topk_ids: torch.Tensor,
                topk_weights: torch.Tensor) -> torch.Tensor:
         """Compile every kernel for these inputs' dtypes, allocate, and run one eager
-        forward (returned). Call before capturing a forward (CONTRACTS.md s9)."""
+        forward (returned). Call before capturing a forward (docs/contract.md s9)."""
         self._alive()
         self._check_inputs(hidden, topk_ids, topk_weights, None, None)
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise _staging.CompileDuringCaptureError(
-                "MoELayer.warmup() called during CUDA-graph capture (CONTRACTS.md s9)"
+                "MoELayer.warmup() called during CUDA-graph capture (docs/contract.md s9)"
             )
         _staging.warmup(self._stage_ws, id_dtypes=(topk_ids.dtype,),
                         score_dtypes=(topk_weights.dtype,))
@@ -291,7 +291,7 @@ class MoELayer:
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor,
                 topk_weights: torch.Tensor, *, live_tokens: torch.Tensor | None = None,
                 out: torch.Tensor | None = None) -> torch.Tensor:
-        """``out [T, H]`` bf16 (CONTRACTS.md s1-s6); see the module docstring.
+        """``out [T, H]`` bf16 (docs/contract.md s1-s6); see the module docstring.
 
         ``live_tokens`` (int32 ``[1]`` on the device): the live count for CUDA-graph replays
         with capacity-shaped inputs; rows ``>= live`` of ``out`` are then not written.
@@ -353,7 +353,7 @@ class MoELayer:
                 if ep is None:
                     raise
                 # EP: the bad rows are marked (NaN outputs); every rank finishes the step
-                # before this rank raises (CONTRACTS.md s7)
+                # before this rank raises (docs/contract.md s7)
                 self._route_error = err
                 return ws.last_path or "kernel"
 
@@ -447,7 +447,7 @@ class MoELayer:
         """The FC1 and FC2 GEMM variants, chosen once from the config (weight kind, each
         GEMM's ``N`` and ``K``, the route capacity ``C * K`` and the expert count ``E``:
         ``megamoe.experts.api.gemm_config``), never from a batch, so no row's result depends
-        on the other rows (CONTRACTS.md s7)."""
+        on the other rows (docs/contract.md s7)."""
         return self._fc1_cfg, self._fc2_cfg
 
     def check_errors(self) -> None:

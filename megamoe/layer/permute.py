@@ -1,4 +1,4 @@
-"""Host launcher of the row permute (``megamoe.layer.permute_kernel``; CONTRACTS.md s5, s9).
+"""Host launcher of the row permute (``megamoe.layer.permute_kernel``; docs/contract.md s5, s9).
 
 ``permute_rows(src, dst, src_index, dst_index, count)`` writes ``dst[dst_index[i]] =
 src[src_index[i]]`` for ``i < count[0]`` (``count`` a one-element device tensor, read on
@@ -8,7 +8,7 @@ them); rows ``i >= count`` of the index tensors are never read.
 The CuTe DSL kernel runs on CUDA tensors whose rows are 16-byte aligned (``row bytes``,
 row strides and base pointers multiples of 16); anything else, or CPU tensors, takes the
 Torch path (which reads ``count`` on the host, so it is not graph-capturable). Compiled once
-per (index dtype, count dtype, device); compiling during capture is an error (CONTRACTS s9).
+per (index dtype, count dtype, device); compiling during capture is an error (docs/contract.md s9).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def _compiled(index_dtype: torch.dtype, count_dtype: torch.dtype, device: torch.
     if torch.cuda.is_current_stream_capturing():
         raise CompileDuringCaptureError(
             f"row {kind} for {key} is not compiled and a CUDA graph is being captured: call "
-            "megamoe.layer.permute.warmup(...) before capture (CONTRACTS.md s9)"
+            "megamoe.layer.permute.warmup(...) before capture (docs/contract.md s9)"
         )
     from megamoe.layer import permute_kernel as pk
 
@@ -219,7 +219,7 @@ def widen_rows(src: torch.Tensor, dst: torch.Tensor, src_index: torch.Tensor,
                dst_index: torch.Tensor, count: torch.Tensor) -> str:
     """``dst[dst_index[i]] = bf16(src[src_index[i]])`` for ``i < count[0]``, ``src`` E4M3
     bytes (uint8 or ``float8_e4m3fn``) and ``dst`` bf16: exact (every E4M3 value is a bf16
-    value, CONTRACTS.md s4; both NaN bytes become the canonical bf16 NaN ``0x7FC0``). The
+    value, docs/contract.md s4; both NaN bytes become the canonical bf16 NaN ``0x7FC0``). The
     ``fp8_mxfp4`` layer gathers the staged safe-FP8 payload into its GEMM input with it.
     Returns the path taken."""
     if isinstance(src, torch.Tensor) and src.dtype == torch.float8_e4m3fn:
@@ -244,7 +244,7 @@ def widen_mx_rows(src: torch.Tensor, scales: torch.Tensor, dst: torch.Tensor,
                   src_index: torch.Tensor, dst_index: torch.Tensor, count: torch.Tensor,
                   elem: str) -> str:
     """``dst[dst_index[i]] = bf16(fp8(src[si]) * 2**(scales[si, j // 32] - 127))`` for
-    ``i < count[0]`` (the MXFP8 A1 gather, CONTRACTS.md s4: ``src`` the staged payload in
+    ``i < count[0]`` (the MXFP8 A1 gather, docs/contract.md s4: ``src`` the staged payload in
     ``elem`` (E4M3 or E5M2, or its uint8 bytes), ``scales`` its E8M0 bytes ``[rows, >=
     H/32]``, ``dst`` bf16). The float32 product is exact and rounds to bf16 exactly unless
     it lies below 2**-130 (then to nearest). NaN scale bytes or payloads give NaN (bits may

@@ -3,7 +3,7 @@
 and NVFP4 rows to bf16). All four are ``_make_gather`` kernels: one row loop, each stating
 only its unit layouts and the per-unit step.
 
-The layer moves routed rows with it (CONTRACTS.md s3, s5): staged A1 rows into each
+The layer moves routed rows with it (docs/contract.md s3, s5): staged A1 rows into each
 expert's segment of the GEMM input, FC2 rows back to their ``(token, slot)`` term, and
 live output rows to the caller's buffer. ``n`` is read on the device (a count the dispatch
 layout wrote, or the live-token count), so a CUDA graph captured around the launch
@@ -160,7 +160,7 @@ def _mx_scale_row(sc_ptr: cute.Pointer, sc_stride: Int32, src_rows: Int32, chunk
 
 def _make_widen_mx(elem: str):
     """The MXFP8 A1 gather for one element type: ``dst[di[i]] = bf16(fp8(src[si[i]]) *
-    2**(scale - 127))`` for ``i < n``, one E8M0 byte per 32 elements (CONTRACTS.md s4 MXFP8
+    2**(scale - 127))`` for ``i < n``, one E8M0 byte per 32 elements (docs/contract.md s4 MXFP8
     dequant; byte 0xFF: NaN). The float32 product is exact; its bf16 rounding (to nearest)
     is exact unless the value lies below 2**-130."""
     decode = _FP8_DECODE[elem]

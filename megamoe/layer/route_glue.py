@@ -1,4 +1,4 @@
-"""The layer's route tables, built from the dispatch layout (CONTRACTS.md s3, s5).
+"""The layer's route tables, built from the dispatch layout (docs/contract.md s3, s5).
 
 ``build_route_tables(lay, scores, top_k, tables, g=None)`` fills ``tables`` (``RouteTables``)
 for the routes ``i < N`` of the layout ``lay`` (``N = lay.num_routes``, read on the device):
@@ -78,7 +78,7 @@ def _compiled(device: torch.device):
         raise CompileDuringCaptureError(
             f"route tables kernel on {device} is not compiled and a CUDA graph is being "
             "captured: call megamoe.layer.route_glue.warmup(device) before capture "
-            "(CONTRACTS.md s9)"
+            "(docs/contract.md s9)"
         )
     from megamoe.layer.route_glue_kernel import compile_route_glue
 

@@ -1,4 +1,4 @@
-"""The layer's route tables from the dispatch layout, one CuTe DSL launch (CONTRACTS.md s3,
+"""The layer's route tables from the dispatch layout, one CuTe DSL launch (docs/contract.md s3,
 s5; semantics: ``megamoe.layer.route_glue``).
 
 Every block first builds the padded segment starts in shared memory: ``seg[e]`` = the

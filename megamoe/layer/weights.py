@@ -1,5 +1,5 @@
 """The layer's expert weights: metadata checks and the layer's own device copies, per recipe
-(CONTRACTS.md s1, s4, s5).
+(docs/contract.md s1, s4, s5).
 
 - ``bf16``: bf16 ``w13 [E, 2I, H]`` (gate rows, then up rows) and ``w2 [E, H, I]``;
 - ``fp8_mxfp4``: float tensors (quantized to MXFP4 here, mode ``rceil``) or ``Mxfp4Matrix``;

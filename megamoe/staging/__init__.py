@@ -1,5 +1,5 @@
 """Staging: route checks, route staging and activation quantization into the workspace
-(CONTRACTS.md s2-s4, s9). Fused CuTe DSL kernels (``*_kernel.py``) with a bitwise-equal
+(docs/contract.md s2-s4, s9). Fused CuTe DSL kernels (``*_kernel.py``) with a bitwise-equal
 Torch path (``torch_path``); ``stage`` picks one and reports which."""
 
 from megamoe.staging.api import (

@@ -1,4 +1,4 @@
-"""The staging API (CONTRACTS.md s2-s4, s9): ``warmup``, ``stage``, ``check_errors``.
+"""The staging API (docs/contract.md s2-s4, s9): ``warmup``, ``stage``, ``check_errors``.
 
 ``stage`` runs the metadata checks (host, no syncs), then either the fused CuTe DSL
 kernel or the Torch path, which produce identical bytes. Which path ran, and why, is
@@ -91,7 +91,7 @@ def warmup(
     needs for the given route dtypes (CUDA workspaces only). Call before capture."""
     if _capturing(ws.device):
         raise compile_cache.CompileDuringCaptureError(
-            "megamoe.staging.warmup() called during CUDA-graph capture (CONTRACTS.md s9)"
+            "megamoe.staging.warmup() called during CUDA-graph capture (docs/contract.md s9)"
         )
     record_check_routes(ws)
     if ws.device.type != "cuda" or ws.fmt.kind not in KERNEL_FORMATS:
@@ -353,7 +353,7 @@ def stage(
     live_tokens: torch.Tensor | None = None,
     path: str = "auto",
 ) -> StageResult:
-    """Stage one forward's routes and activations into ``ws`` (CONTRACTS s2-s3).
+    """Stage one forward's routes and activations into ``ws`` (docs/contract.md s2-s3).
 
     ``hidden`` is bf16 ``[T, H]`` for the quantizing and bf16 formats, or the prequantized
     payload (with ``hidden_scales``). ``live_tokens`` (int32 ``[1]`` device tensor) replaces

@@ -1,8 +1,8 @@
-"""Compile cache of the staging kernels (CONTRACTS.md s9).
+"""Compile cache of the staging kernels (docs/contract.md s9).
 
 Keyed by ``(kernel, format, H, K, id dtype, score dtype, device)``. Filled at warmup;
 a miss while a CUDA graph is being captured raises ``CompileDuringCaptureError``
-instead of compiling (compilation during capture is an error, CONTRACTS s9).
+instead of compiling (compilation during capture is an error, docs/contract.md s9).
 
 H and every size are runtime arguments of the kernels, so one compiled object serves
 every H: a key that differs from a compiled one only in H reuses it without compiling
@@ -48,7 +48,7 @@ def get_compiled(key: CacheKey, build: Callable[[], object], *, capturing: bool)
         raise CompileDuringCaptureError(
             f"staging kernel {key.kernel} for {key} is not compiled and a CUDA graph is being "
             "captured: call megamoe.staging.warmup(...) with the same workspace, dtypes and "
-            "device before capture (CONTRACTS.md s9)"
+            "device before capture (docs/contract.md s9)"
         )
     compiled = build()
     COMPILE_COUNT["n"] += 1

@@ -1,4 +1,4 @@
-"""Production-side constants of the staging formats (CONTRACTS.md s3-s4).
+"""Production-side constants of the staging formats (docs/contract.md s3-s4).
 
 ``megamoe`` never imports ``oracle`` (the oracle is the independent reference), so
 the few numbers the staging kernels and the Torch path need are defined here,
@@ -30,7 +30,7 @@ SAFE_FP8_WIRE_LANES = 4
 
 MASKED_ID = -1
 
-# Route rule names (CONTRACTS s2), in the order used to pick the first violation of a slot
+# Route rule names (docs/contract.md s2), in the order used to pick the first violation of a slot
 # (sorted by name, as ``oracle.routing.find_route_violations`` sorts them).
 RULE_DUPLICATE_ID = "duplicate_id"
 RULE_ID_OUT_OF_RANGE = "id_out_of_range"

@@ -1,4 +1,4 @@
-"""Bit-exact float helpers for the CuTe DSL staging kernels (CONTRACTS.md s4).
+"""Bit-exact float helpers for the CuTe DSL staging kernels (docs/contract.md s4).
 
 Everything here is integer manipulation of float32 bit patterns or single IEEE float32
 operations, so the kernels reproduce the Torch path (and the oracle) bit for bit:
@@ -105,7 +105,7 @@ E4M3_SUBNORMAL_STEP = 2.0**-9
 
 @cute.jit
 def e4m3_to_float(byte: Int32) -> Float32:
-    """The exact float32 value of one E4M3 byte (CONTRACTS.md s4; 0x7F / 0xFF are NaN)."""
+    """The exact float32 value of one E4M3 byte (docs/contract.md s4; 0x7F / 0xFF are NaN)."""
     ex = (byte >> 3) & 0xF
     m = byte & 7
     normal = i2f(((ex + 120) << 23) | (m << 20))
@@ -120,7 +120,7 @@ E5M2_SUBNORMAL_STEP = 2.0**-16
 
 @cute.jit
 def e5m2_to_float(byte: Int32) -> Float32:
-    """The exact float32 value of one E5M2 byte (CONTRACTS.md s4): exponent 31 is +-Inf
+    """The exact float32 value of one E5M2 byte (docs/contract.md s4): exponent 31 is +-Inf
     (mantissa 0) or NaN."""
     ex = (byte >> 2) & 0x1F
     m = byte & 3
@@ -138,7 +138,7 @@ E8M0_NAN_BYTE = 0xFF
 
 @cute.jit
 def e8m0_to_float(byte: Int32) -> Float32:
-    """The float32 value of one E8M0 scale byte (CONTRACTS.md s4): ``2**(byte - 127)``
+    """The float32 value of one E8M0 scale byte (docs/contract.md s4): ``2**(byte - 127)``
     (byte 0: the subnormal ``2**-127``), byte 0xFF NaN. ``byte`` must be 0..255 (mask a
     widened Uint8 load with ``& 0xFF``: it sign-extends)."""
     bits = Int32(cutlass.select_(byte == Int32(0), Int32(0x00400000), byte << 23))
@@ -147,7 +147,7 @@ def e8m0_to_float(byte: Int32) -> Float32:
 
 @cute.jit
 def e2m1_to_float(code: Int32) -> Float32:
-    """The exact float32 value of one E2M1 code (bit 3 the sign; CONTRACTS.md s4):
+    """The exact float32 value of one E2M1 code (bit 3 the sign; docs/contract.md s4):
     magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6."""
     m = code & 7
     ex = (m >> 1) & 3
@@ -156,7 +156,7 @@ def e2m1_to_float(code: Int32) -> Float32:
     return Float32(cutlass.select_((code & 8) != Int32(0), -v, v))
 
 def make_mx_exponent(elem: str, mode: str):
-    """``(e, byte)`` of one MXFP8 block from the bits of its float32 ``amax`` (CONTRACTS.md
+    """``(e, byte)`` of one MXFP8 block from the bits of its float32 ``amax`` (docs/contract.md
     s4): ``rceil`` ``e = ceil(log2(amax / fmax))`` (one float32 division), ``floor`` ``e =
     floor(log2(amax)) - emax_elem``; clamped to [-127, 127]; byte ``e + 127``, 0 for an
     all-zero block, 0xFF for a block holding NaN/Inf."""

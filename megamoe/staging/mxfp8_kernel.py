@@ -1,11 +1,11 @@
 """Kernel B: BF16 -> MXFP8 (E4M3 / E5M2; ``rceil`` / ``floor``) fused with route staging
-and the route value checks, one CuTe DSL launch (CONTRACTS s2-s4).
+and the route value checks, one CuTe DSL launch (docs/contract.md s2-s4).
 
 Grid: ``route_blocks`` blocks run the route part of kernel A (``make_route_rows``), the
 rest quantize: one thread per (live row, scale column); columns ``< H/32`` quantize one
 32-element block, padding columns write scale byte 0.
 
-Per block (CONTRACTS s4), all bit-exact (``dsl_bits``): ``amax`` from the largest
+Per block (docs/contract.md s4), all bit-exact (``dsl_bits``): ``amax`` from the largest
 ``bits & 0x7FFFFFFF`` (exact for bf16 input; NaN/Inf blocks detected by the same bits);
 ``rceil``: ``d = amax / fmax`` (one float32 division), ``e = ceil(log2(d))`` from the bits
 of ``d``; ``floor``: ``e = floor(log2(amax)) - emax_elem`` from the bits of ``amax``;

@@ -1,5 +1,5 @@
 """Kernel D: BF16 -> NVFP4 (layer input global scale ``g``) fused with route staging and
-the route value checks, one CuTe DSL launch (CONTRACTS s2-s4).
+the route value checks, one CuTe DSL launch (docs/contract.md s2-s4).
 
 Grid: ``route_blocks`` blocks run kernel A's route code; the rest quantize, one thread
 per (live row, 16-element block). Per block, one IEEE float32 operation per step:
@@ -70,7 +70,7 @@ _sat_e4m3 = make_sat_fp8("e4m3")
 @cute.jit
 def nvfp4_block_scale(amax_b: Int32, g: Float32, inv_g: Float32):
     """``(scode, s, r)`` of one NVFP4 block from the bits of its float32 ``amax``
-    (CONTRACTS.md s4): ``scode = e4m3(clamp((amax / 6) / g, 2**-6, 448))`` (the byte),
+    (docs/contract.md s4): ``scode = e4m3(clamp((amax / 6) / g, 2**-6, 448))`` (the byte),
     ``s = float32(scode)``, ``r = (1 / g) / s`` (``inv_g`` = ``1 / g``), one IEEE float32
     operation per step."""
     six = i2f(Int32(_B_SIX))

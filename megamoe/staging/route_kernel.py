@@ -1,5 +1,5 @@
 """Kernel A: route staging fused with the route value checks and the activation copy
-(bf16 and prequantized MXFP8 / NVFP4 inputs), in one CuTe DSL launch (CONTRACTS s2-s3).
+(bf16 and prequantized MXFP8 / NVFP4 inputs), in one CuTe DSL launch (docs/contract.md s2-s3).
 
 Grid: ``route_blocks`` blocks of ``THREADS`` threads, one thread per capacity row
 (``[0, C)``), followed by ``copy_blocks`` blocks that copy the live activation rows.

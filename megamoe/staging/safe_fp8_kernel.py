@@ -1,6 +1,6 @@
 """Kernel C: per-token safe FP8 quantization (the ``fp8_mxfp4`` recipe's activation
 quantizer) fused with route staging and the route value checks, one CuTe DSL launch
-(CONTRACTS s2-s4).
+(docs/contract.md s2-s4).
 
 Grid: ``splits`` row blocks of ``SAFE_THREADS`` threads per input row ``r < rows`` (the host
 row count, capped at ``C``), then ``ceil((C - rows) / SAFE_THREADS)`` route blocks, one
@@ -8,7 +8,7 @@ thread per capacity row ``[rows, C)`` (all dead: ``live <= rows``). Live row ``r
 block takes the largest ``bits & 0x7FFFFFFF`` of the whole row (exact for bf16; NaN/Inf
 detected by the same bits; each thread over its elements, then the warp by shuffles, then
 the block through one shared word per warp), so every block of the row has the same
-float32 ``amax``; every thread then computes ``d`` by the tiny / normal path of CONTRACTS
+float32 ``amax``; every thread then computes ``d`` by the tiny / normal path of docs/contract.md
 s4 with one IEEE float32 operation per step (constants are float32 bit patterns) and
 writes the E4M3 payload of its elements of the block's ``1 / splits`` slice of the row
 (``sat_cast(x * q)`` on the tiny path, ``sat_cast(x / d)`` otherwise, the division an IEEE
@@ -96,7 +96,7 @@ def block_max(v: Int32, red, lane: Int32, warp: Int32, warps: int) -> Int32:
 
 @cute.jit
 def safe_fp8_scale(amax_b: Int32):
-    """``(q, d, bad, tiny)`` of a row from the bits of its float32 ``amax`` (CONTRACTS.md s4,
+    """``(q, d, bad, tiny)`` of a row from the bits of its float32 ``amax`` (docs/contract.md s4,
     safe FP8): one IEEE float32 operation per step, constants as float32 bit patterns.
     ``bad`` (Int32 0/1): the row holds NaN/Inf (``d`` is then NaN); ``tiny`` (0/1): the tiny
     path (payload ``sat(x * q)``; otherwise ``sat(x / d)``)."""

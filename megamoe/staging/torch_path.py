@@ -1,9 +1,9 @@
-"""The Torch staging path (CONTRACTS.md s2-s4): an independent implementation of what
+"""The Torch staging path (docs/contract.md s2-s4): an independent implementation of what
 the fused kernels do, used for inputs the kernels do not cover and as their twin.
 
 Everything here is plain tensor arithmetic with no host reads of tensor values, so the
 path is also CUDA-graph capturable (the live count may come from a device tensor).
-Each float step is one IEEE float32 operation, as CONTRACTS s4 prescribes.
+Each float step is one IEEE float32 operation, as docs/contract.md s4 prescribes.
 
 Bad rows (a route value check failed, checks on): every staged score of the row is NaN
 (the row marker that makes later stages produce NaN outputs) and every staged id of
@@ -111,7 +111,7 @@ def pow2_f32(k: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_mxfp8(x: torch.Tensor, elem: str, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """bf16 [R, H] -> (payload fp8 [R, H], E8M0 bytes uint8 [R, H/32]) (CONTRACTS s4)."""
+    """bf16 [R, H] -> (payload fp8 [R, H], E8M0 bytes uint8 [R, H/32]) (docs/contract.md s4)."""
     r, h = x.shape
     xf = x.to(torch.float32).reshape(r, h // c.MX_BLOCK, c.MX_BLOCK)
     bad = ~torch.isfinite(xf).all(dim=-1)
@@ -133,7 +133,7 @@ def quantize_mxfp8(x: torch.Tensor, elem: str, mode: str) -> tuple[torch.Tensor,
 
 
 def quantize_nvfp4(x: torch.Tensor, global_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """bf16 [R, H] -> (packed uint8 [R, H/2], E4M3 scales [R, H/16]) (CONTRACTS s4)."""
+    """bf16 [R, H] -> (packed uint8 [R, H/2], E4M3 scales [R, H/16]) (docs/contract.md s4)."""
     r, h = x.shape
     dev = x.device
     xf = x.to(torch.float32).reshape(r, h // c.NVFP4_BLOCK, c.NVFP4_BLOCK)
@@ -154,7 +154,7 @@ def quantize_nvfp4(x: torch.Tensor, global_scale: float) -> tuple[torch.Tensor, 
 
 
 def quantize_safe_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """bf16 [R, H] -> (payload e4m3 [R, H], d float32 [R], non_finite bool [R]) (CONTRACTS s4).
+    """bf16 [R, H] -> (payload e4m3 [R, H], d float32 [R], non_finite bool [R]) (docs/contract.md s4).
 
     An all-zero row gets ``d = 1e-30`` and payload ``cast(x / d)`` (zeros keep their sign).
     A row holding NaN/Inf gets ``d = NaN`` and an all-NaN payload (0x7F) and is reported in
@@ -230,7 +230,7 @@ def stage_routes_into(
     status: torch.Tensor,
     extra_code: torch.Tensor | None = None,
 ) -> None:
-    """Stage routes into the workspace views (CONTRACTS s2-s3); graph-capturable.
+    """Stage routes into the workspace views (docs/contract.md s2-s3); graph-capturable.
 
     ``extra_code`` (int32 [R], optional) adds row failures found elsewhere (safe-FP8
     non-finite input rows), merged only when ``check``.

@@ -1,4 +1,4 @@
-"""The EP world interface on the host (CONTRACTS.md s7, s11): world descriptions and
+"""The EP world interface on the host (docs/contract.md s7, s11): world descriptions and
 launches checked before anything starts, the runner's names agree with the launcher's,
 symmetric regions with guard bytes and peer tables, and the push and signal PyTorch paths
 (the CPU world's) against their contracts in a single-rank world (the multi-rank behaviour
@@ -65,6 +65,7 @@ def test_init_world_outside_torchrun_is_refused_by_name(monkeypatch) -> None:  #
         launch.init_world()
 
 
+@pytest.mark.contract("s11.unservable-world-refused")
 def test_a_world_the_machine_cannot_serve_is_refused_before_anything_starts() -> None:
     with pytest.raises(ConfigError, match=r"LOCAL_WORLD_SIZE.*at most the 1 visible GPU"):
         launch.choose_device("real", 0, 4, 1)
@@ -120,6 +121,7 @@ def test_destroy_frees_every_buffer_and_refuses_later_use() -> None:
     w.destroy()  # idempotent
 
 
+@pytest.mark.contract("s3.no-stray-writes")
 def test_push_writes_the_listed_rows_and_nothing_else() -> None:
     w = one_rank()
     ws = SymmetricWorkspace(w, [RegionSpec("rows", torch.int32, (6, 4))])
@@ -157,6 +159,7 @@ def test_push_metadata_is_checked_by_name(name: str, bad: dict) -> None:
                   kw["count"])
 
 
+@pytest.mark.contract("s7.bounded-waits")
 def test_a_signal_advances_the_epoch_and_a_missing_flag_is_a_bounded_timeout() -> None:
     w = one_rank(timeout_s=0.2)
     ws = SymmetricWorkspace(w, [RegionSpec("flags", torch.int32, (1,))])

@@ -1,4 +1,4 @@
-"""The multi tier in a CPU world (CONTRACTS.md s7, s10, s11), in CI: P processes started by
+"""The multi tier in a CPU world (docs/contract.md s7, s10, s11), in CI: P processes started by
 torchrun, the EP layer's PyTorch paths exchanging through CPU shared memory, every test of
 ``tests/multi`` but the CUDA-graph ones (the record says so). It proves the exchange protocol,
 the launcher and the runner on every change; it runs no kernel."""

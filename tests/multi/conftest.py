@@ -1,4 +1,4 @@
-"""The multi tier's world (CONTRACTS.md s7, s11): every test process is one rank of a world
+"""The multi tier's world (docs/contract.md s7, s11): every test process is one rank of a world
 started by torchrun (``./run_tests.sh multi``, ``qualify.py --suite multi``), which sets the
 mode and backend (``MEGAMOE_EP_MODE``, ``MEGAMOE_EP_BACKEND``). Outside torchrun the tier
 fails, never skips."""

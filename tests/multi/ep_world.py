@@ -1,4 +1,4 @@
-"""Helpers of the multi tier (CONTRACTS.md s7, s8, s10): one shape per device kind, the
+"""Helpers of the multi tier (docs/contract.md s7, s8, s10): one shape per device kind, the
 layers of a world built through the public API, every rank's inputs generated on every rank
 (from the scenario library's seeds, so no rank needs another's tensors), the collective
 oracle, and judgements gathered from every rank so that every rank's report names every
@@ -67,7 +67,7 @@ def all_weights(shape: MultiShape) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def local_weights(shape: MultiShape, world: World) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rank r's experts ``[r*E_l, (r+1)*E_l)`` only (CONTRACTS.md s7)."""
+    """Rank r's experts ``[r*E_l, (r+1)*E_l)`` only (docs/contract.md s7)."""
     w13, w2 = all_weights(shape)
     e_l = shape.experts // world.size
     lo = world.rank * e_l
@@ -205,7 +205,7 @@ def poison(t: torch.Tensor) -> None:
 
 
 def poison_layer(layer: MoELayer, *buffers: torch.Tensor) -> None:
-    """NaN into every region a forward of ``layer`` writes (CONTRACTS.md s10): staging,
+    """NaN into every region a forward of ``layer`` writes (docs/contract.md s10): staging,
     layout tables, receive buffers, terms, the GEMM buffers, and ``buffers`` (outputs).
     The caller meets its peers at a barrier afterwards (a peer must not push into this rank
     before the poison is in)."""

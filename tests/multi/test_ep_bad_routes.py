@@ -1,4 +1,4 @@
-"""A bad route on one rank hangs nobody (CONTRACTS.md s2, s7): every rank completes the
+"""A bad route on one rank hangs nobody (docs/contract.md s2, s7): every rank completes the
 step; the bad rank's eager forward raises ``RouteError`` naming the first bad (row, slot,
 id, rule) after the step and writes nothing the caller owns (its bad row is NaN in the
 layer's own buffer); every other rank's rows are exactly what they are without the bad
@@ -17,6 +17,7 @@ from tests.multi.ep_world import Verdict, bits, build_layer, config, rank_inputs
 BAD_ROW = 3
 
 
+@pytest.mark.contract("s2.route-error-eager", "s7.bad-route-no-hang")
 @pytest.mark.parametrize("recipe", ["bf16", "nvfp4"])
 def test_a_bad_route_on_one_rank_fails_that_rank_only(world, recipe) -> None:
     shape = shape_of(world)

@@ -1,4 +1,4 @@
-"""Changing routes on one captured graph per rank (CONTRACTS.md s9, s10), every rank
+"""Changing routes on one captured graph per rank (docs/contract.md s9, s10), every rank
 replaying in lockstep:
 
 - the section 10 scenario set: at least 17 replays per state, NaN poured between states into
@@ -40,7 +40,7 @@ NAN_BF16 = torch.tensor(float("nan"), dtype=torch.bfloat16)
 
 
 class CapturedLayer:
-    """One rank's layer captured once over capacity-shaped buffers (CONTRACTS.md s9)."""
+    """One rank's layer captured once over capacity-shaped buffers (docs/contract.md s9)."""
 
     def __init__(self, world, cfg, shape) -> None:  # type: ignore[no-untyped-def]
         dev = world.device
@@ -99,6 +99,7 @@ def judge_first(v: Verdict, cl: CapturedLayer, what: str, first: torch.Tensor, t
     v.judge(r, what, first[:t], want, ids, cl.cfg.recipe)
 
 
+@pytest.mark.contract("s8.untouched-tail", "s9.replay-equals-eager", "s10.multi-rank-replay")
 @pytest.mark.cuda_graphs
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_changing_route_scenarios_replay_on_one_graph_per_rank(world, recipe) -> None:
@@ -147,6 +148,7 @@ def _pattern_inputs(world, shape, dense: bool):  # type: ignore[no-untyped-def]
     return out
 
 
+@pytest.mark.contract("s9.replay-equals-eager", "s10.multi-rank-replay")
 @pytest.mark.cuda_graphs
 @pytest.mark.parametrize("late", [False, True])
 def test_sparse_to_dense_and_back_on_one_graph_first_and_65th_replay(world, late) -> None:
@@ -208,10 +210,11 @@ def test_sanitizer_case_changing_routes_small(world, recipe) -> None:
     v.assert_clean(world)
 
 
+@pytest.mark.contract("s2.masked-any-score", "s8.invariance")
 @pytest.mark.cuda_graphs
 @pytest.mark.parametrize("checks", ["1", "0"])
 def test_masked_slot_contents_never_change_a_replayed_bit(world, monkeypatch, checks) -> None:
-    """CONTRACTS.md s2, s6, s9: NaN, +-Inf, the router's score or 0 behind masked ids, changed
+    """docs/contract.md s2, s6, s9: NaN, +-Inf, the router's score or 0 behind masked ids, changed
     in place between replays, give the same output bits (checks read at capture)."""
     from megamoe.route_check_setting import ENV_VAR
 
@@ -242,9 +245,10 @@ def test_masked_slot_contents_never_change_a_replayed_bit(world, monkeypatch, ch
     v.assert_clean(world)
 
 
+@pytest.mark.contract("s2.route-error-graph", "s7.bad-route-no-hang")
 @pytest.mark.cuda_graphs
 def test_a_bad_route_on_one_rank_under_graphs_marks_its_row_only(world) -> None:
-    """CONTRACTS.md s2, s7: a bad route on one rank, written into a replayed graph's inputs:
+    """docs/contract.md s2, s7: a bad route on one rank, written into a replayed graph's inputs:
     every rank completes every replay; that rank's bad row is NaN, its status word makes
     ``check_errors`` raise ``RouteError``; every other row of every rank is unchanged."""
     from megamoe import RouteError
@@ -288,9 +292,10 @@ def test_a_bad_route_on_one_rank_under_graphs_marks_its_row_only(world) -> None:
     v.assert_clean(world)
 
 
+@pytest.mark.contract("s7.bounded-waits")
 @pytest.mark.cuda_graphs
 def test_teardown_with_live_graphs_ends_in_bounded_time(world) -> None:
-    """CONTRACTS.md s7: ``destroy()`` of the layer and of its world while a captured graph
+    """docs/contract.md s7: ``destroy()`` of the layer and of its world while a captured graph
     still exists (never replayed again) frees every rank's symmetric memory at once."""
     import time
 

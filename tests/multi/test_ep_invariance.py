@@ -1,4 +1,4 @@
-"""The invariance contract across world sizes (CONTRACTS.md s7, s8): the same rows give the
+"""The invariance contract across world sizes (docs/contract.md s7, s8): the same rows give the
 same output bits in worlds of every size that divides P (1, 2, 4, ... within this run: the
 sub-worlds over blocks of ranks), equal to EP1; a rerun gives the same hashes, which each
 rank records (JUnit suite property ``row_hashes[recipe]``) so runs of different world sizes can be
@@ -22,6 +22,7 @@ from tests.multi.ep_world import (
 STATES = ("dense-C", "sparse-holes", "skewed")
 
 
+@pytest.mark.contract("s7.ep-equals-ep1", "s8.invariance")
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_rows_are_bitwise_equal_in_every_world_size_and_across_reruns(
         world, subworlds, recipe, record_testsuite_property) -> None:  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""The receive side, bitwise (CONTRACTS.md s7, s8): the dispatch layout every rank computes
+"""The receive side, bitwise (docs/contract.md s7, s8): the dispatch layout every rank computes
 (counts per source rank and expert, offsets, order, active extent) equals the oracle's
 ``dispatch_layout`` over all ranks; each received row proves where it came from (tagged
 payloads: its source rank and row in its first columns) and lands at its place in the
@@ -7,6 +7,7 @@ scenario set."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, make_scenario
@@ -28,6 +29,7 @@ def tag(hidden: torch.Tensor, rank: int) -> torch.Tensor:
     return out
 
 
+@pytest.mark.contract("s7.ep-layout-bitwise", "s7.every-rank-every-step", "s8.bitwise-stages")
 def test_layout_and_received_rows_prove_their_source(world) -> None:
     shape = shape_of(world)
     cfg = config(shape)  # bf16: the payload moves as the caller's bytes

@@ -1,4 +1,4 @@
-"""Masked slots carry anything (CONTRACTS.md s2, s6, s7): NaN, +Inf, -Inf, the router's own
+"""Masked slots carry anything (docs/contract.md s2, s6, s7): NaN, +Inf, -Inf, the router's own
 score or 0 behind a masked id give the same output bits on every rank, with route value
 checks on and off (``MEGAMOE_CHECK_ROUTES``, read at warmup), and rows without an active
 slot are exactly +0.0."""
@@ -15,6 +15,7 @@ from tests.multi.ep_world import Verdict, bits, build_layer, config, rank_inputs
 MASKED_CONTENTS = (float("nan"), float("inf"), float("-inf"), 0.0, "router")
 
 
+@pytest.mark.contract("s2.check-routes-switch", "s2.masked-any-score", "s6.inactive-rows-zero", "s8.invariance")
 @pytest.mark.parametrize("checks", ["1", "0"])
 @pytest.mark.parametrize("recipe", ["bf16", "fp8_mxfp4"])
 def test_masked_slot_contents_never_change_a_bit(world, monkeypatch, recipe, checks) -> None:

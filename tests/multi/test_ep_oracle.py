@@ -1,4 +1,4 @@
-"""Every rank's every live row against the collective reference (CONTRACTS.md s7, s8), for
+"""Every rank's every live row against the collective reference (docs/contract.md s7, s8), for
 every recipe, early and late weighting, clamp on and off, with per-rank live counts of C, 1
 and 0; and bitwise equal to the EP1 layer of the same configuration on the same rows."""
 
@@ -38,6 +38,7 @@ def inputs_of(recipe: str, rotation: int, world_size: int, shape):  # type: igno
     return out
 
 
+@pytest.mark.contract("s5.clamp", "s5.weighting", "s7.ep-equals-ep1", "s7.ep-rows-meet-reference", "s7.every-rank-every-step", "s11.same-kernels-every-world")
 @pytest.mark.parametrize(("clamp", "late"), WEIGHTINGS)
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_rank_meets_the_collective_oracle_and_ep1_bits(world, recipe, clamp, late) -> None:

@@ -120,6 +120,7 @@ def _run(world, recipe: str) -> list[str]:  # type: ignore[no-untyped-def]
     return verdict.gather(world)
 
 
+@pytest.mark.contract("s7.ep-equals-ep1", "s7.ep-rows-meet-reference")
 @pytest.mark.parametrize("bug", list(PLANTS))
 def test_the_tier_catches_a_planted_exchange_bug(world, bug) -> None:
     assert world.size >= 2, "planted exchange bugs need peers: run the multi tier with P >= 2"

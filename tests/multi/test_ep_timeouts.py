@@ -1,4 +1,4 @@
-"""Cross-rank waits are bounded (CONTRACTS.md s7): a peer that never arrives becomes a
+"""Cross-rank waits are bounded (docs/contract.md s7): a peer that never arrives becomes a
 ``CommTimeoutError`` naming the waiting rank, the step and the missing peer, after about the
 world's timeout and never an endless wait; the failed world refuses further forwards;
 ``destroy()`` frees every rank's symmetric memory in bounded time after the failure."""
@@ -6,6 +6,8 @@ world's timeout and never an endless wait; the failed world refuses further forw
 from __future__ import annotations
 
 import time
+
+import pytest
 
 from fixtures.scenarios import make_scenario
 from megamoe import CommTimeoutError, ConfigError
@@ -24,6 +26,7 @@ SLACK_S = 20.0
 the status word, and in the emulated world the time slices of the other processes."""
 
 
+@pytest.mark.contract("s7.bounded-waits")
 def test_a_peer_that_never_arrives_is_a_timeout_naming_rank_step_and_peer(world) -> None:
     shape = shape_of(world)
     short = short_timeout_world(world, TIMEOUT_S)

@@ -12,7 +12,7 @@ routes from ``fixtures.scenarios``. Arms (bf16, early weighting):
 
 - candidate ``ep-layer``: ``MoELayer(..., world=world)`` with the rank's experts only;
 - baseline ``ep1-layer``: the EP1 layer with every expert on the same rows (bitwise the same
-  output: CONTRACTS.md s7, checked before timing).
+  output: docs/contract.md s7, checked before timing).
 
 Both declare the weight bytes their rows touch (``layer._work``), so the ceiling line says
 what fraction of the copy bandwidth each reaches; the ratio of the two arms is the overhead.

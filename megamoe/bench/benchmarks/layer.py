@@ -18,7 +18,7 @@ What each case is compared with: for ``T <= 64`` the layer declares the bytes of
 weights its routes touch and the ``copy_bw`` ceiling, so "achieved / ceiling" is the
 weight-streaming floor divided by the layer's time; for larger ``T`` it declares its FLOPs
 and the ``bf16_mm`` ceiling (tensor-core rate). Before timing, the layer's output is checked
-against the oracle (on the GPU, first 32 tokens) within CONTRACTS.md s8.
+against the oracle (on the GPU, first 32 tokens) within docs/contract.md s8.
 """
 
 from __future__ import annotations

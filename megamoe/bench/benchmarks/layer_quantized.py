@@ -20,7 +20,7 @@ against ``copy_bw`` (the weight-streaming floor); above, the FLOPs against ``fp8
 recipes' math is FP8; this implementation multiplies in bf16, so it cannot exceed the
 ``bf16_mm`` rate, about half of ``fp8_mm``). Both matmul rates are measured in the same run
 (the baselines' achieved rates are against ``bf16_mm``). Before timing, the layer's output is checked
-against the oracle (first 32 tokens) within CONTRACTS.md s8.
+against the oracle (first 32 tokens) within docs/contract.md s8.
 """
 
 from __future__ import annotations

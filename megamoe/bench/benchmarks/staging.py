@@ -1,7 +1,7 @@
 """``staging``: the fused staging kernels (issue 6) against the Torch path and a copy.
 
 Each case stages ``T`` tokens of width ``H`` with top-k ``K`` into a workspace of
-capacity ``C = T`` in one format (CONTRACTS.md s2-s4). Arms:
+capacity ``C = T`` in one format (docs/contract.md s2-s4). Arms:
 
 - candidate ``kernel``: ``megamoe.staging.stage(path="kernel")``, the fused CuTe DSL launch
   (route checks on, as in production);
