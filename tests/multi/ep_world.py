@@ -198,10 +198,12 @@ the protocol itself (monotonic epochs), not data a forward rewrites."""
 
 def poison(t: torch.Tensor) -> None:
     """NaN into a floating tensor (E8M0/E4M3 bytes: their NaN encodings), -7 into integers."""
-    if t.is_floating_point() and t.element_size() > 1:
+    if t.element_size() == 1:
+        t.view(torch.uint8).fill_(0xFF)
+    elif t.is_floating_point():
         t.fill_(float("nan"))
     else:
-        t.view(torch.uint8).fill_(0xFF) if t.element_size() == 1 else t.fill_(POISON_INT)
+        t.fill_(POISON_INT)
 
 
 def poison_layer(layer: MoELayer, *buffers: torch.Tensor) -> None:
