@@ -1,5 +1,6 @@
 """Our layer (``megamoe.layer.MoELayer``) as a backend of the contract suites
-(``megamoe.backends.api``; docs/contract.md s1-s10).
+(``megamoe.backends.api``; docs/contract.md s1-s11), at EP1 and in an EP world
+(``megamoe.comm.World``).
 
 The handle is the layer itself: ``MoELayer`` already has the handle's methods, and
 ``stages_ran`` reads its ``last_paths``. The spec becomes a ``LayerConfig``; what the layer
@@ -18,6 +19,7 @@ from megamoe.backends.api import BackendInfo, LayerSpec, device_refusal, refuse_
 from megamoe.dispatch.api import OUTPUT_REGIONS
 from megamoe.errors import ConfigError
 from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
+from megamoe.layer.ep_exchange import EXCHANGE_DATA_REGIONS
 
 KERNEL_ARCHS = ("sm_90",)
 """The layer's kernels are built for sm_90a (Hopper: H100, H200)."""
@@ -63,13 +65,20 @@ class LayerHandle:
         ``check_errors`` reads across forwards."""
         layer = self.layer
         ws = layer._stage_ws
-        layout = [layer._layout_ws.view(n) for n in OUTPUT_REGIONS]
-        return tuple(t for t in (
-            ws.ids, ws.scores, ws.payload, ws.scales, *layout,
-            layer._counts, layer._seg, layer._src_row, layer._pos, layer._term_row,
-            layer._row_scale, layer._a1, layer._a2, layer._act, layer._pre1, layer._pre2,
-            layer._h2, layer._terms, layer._out,
-        ) if t is not None and t.numel())
+        layout = ([] if layer._layout_ws is None else
+                  [layer._layout_ws.view(n) for n in OUTPUT_REGIONS])
+        out = [ws.ids, ws.scores, ws.payload, ws.scales, *layout,
+               layer._counts, layer._seg, layer._src_row, layer._pos, layer._term_row,
+               layer._row_scale, layer._a1, layer._a2, layer._act, layer._pre1, layer._pre2,
+               layer._h2, layer._terms, layer._out]
+        ep = layer._ep
+        if ep is not None:  # the symmetric data regions (not the flags: the protocol itself)
+            out += [ep.ws.local(n) for n in EXCHANGE_DATA_REGIONS if n in ep.ws.specs]
+            for lay in (ep.global_layout_ws, ep.own_layout_ws):
+                out += [lay.view(n) for n in OUTPUT_REGIONS]
+            out += [ep.send_dest, ep.send_dst, ep.send_row, ep.send_flat, ep.ret_dest,
+                    ep.ret_dst, ep.recv_layout.order_expert]
+        return tuple(t for t in out if t is not None and t.numel())
 
 
 class MegamoeBackend:
@@ -79,15 +88,16 @@ class MegamoeBackend:
         self.info = BackendInfo(
             "megamoe", _version(), KERNEL_ARCHS, LAYER_RECIPES,
             frozenset({"cpu", "cuda_graphs", "live_tokens", "out_buffer", "route_errors",
-                       "workspaces"}),
+                       "workspaces", "ep"}),
         )
 
     def refusal(self, spec: LayerSpec, device: torch.device, world_size: int) -> str | None:
         why = device_refusal(self.info, device)
         if why is not None:
             return why
-        if world_size != 1 and "ep" not in self.info.features:
-            return f"backend megamoe builds EP1 layers only, not a world of {world_size} ranks"
+        if spec.config.num_experts % world_size:
+            return (f"backend megamoe needs E % P == 0: {spec.config.num_experts} experts over "
+                    f"{world_size} ranks")
         if spec.config.recipe == "fp8_mxfp4" and spec.config.mxfp4_mode != LAYER_MXFP4_MODE:
             return (f"backend megamoe quantizes MXFP4 weights with mode {LAYER_MXFP4_MODE} only, "
                     f"not {spec.config.mxfp4_mode}")
@@ -100,7 +110,9 @@ class MegamoeBackend:
     def build(self, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor, *,
               device: torch.device, world: object | None = None) -> LayerHandle:
         refuse_unbuildable(self, spec, device, world)
-        return LayerHandle(MoELayer(layer_config(spec), w13, w2, device))
+        if world is None:
+            return LayerHandle(MoELayer(layer_config(spec), w13, w2, device))
+        return LayerHandle(MoELayer(layer_config(spec), w13, w2, device, world=world))
 
 
 BACKEND = MegamoeBackend()

@@ -129,7 +129,8 @@ def test_our_layer_refuses_what_it_cannot_build_with_the_reason() -> None:
     assert "hidden_size: expected a multiple of 64" in str(ours.refusal(odd, CPU, 1))
     floor = _spec("fp8_mxfp4", mxfp4_mode="floor")
     assert "MXFP4 weights with mode rceil only, not floor" in str(ours.refusal(floor, CPU, 1))
-    assert "EP1 layers only" in str(ours.refusal(_spec(), CPU, 2))
+    assert ours.refusal(_spec(), CPU, 2) is None  # E = 8 over 2 ranks
+    assert "E % P == 0: 8 experts over 3 ranks" in str(ours.refusal(_spec(), CPU, 3))
 
 
 @pytest.mark.parametrize("name", ["megamoe", "flashinfer-sm90-cake"])

@@ -4,9 +4,11 @@ layers of a world built through the public API, every rank's inputs generated on
 oracle, and judgements gathered from every rank so that every rank's report names every
 failing (rank, row) and all ranks pass or fail together (they stay in lockstep).
 
-The layer API the tier drives (``build_layer``): construct per rank for a config and a
-world with the rank's own experts' weights, ``warmup``, ``forward`` (eager or captured),
-``check_errors``, ``destroy``.
+The layer API the tier drives (``build_layer``) is the backend interface
+(``megamoe.backends``): build per rank for a spec and a world with the rank's own experts'
+weights, ``warmup``, ``forward`` (eager or captured), ``check_errors``, ``destroy``, and
+``workspaces`` for the poison between states. The contract tests judge the chosen backend
+(``--moe-backend``); the tests of our exchange's internals build ``OURS``.
 """
 
 from __future__ import annotations
@@ -19,13 +21,18 @@ import torch
 import torch.distributed as dist
 
 from fixtures.scenarios import RankInputs, ScenarioState
+from megamoe.backends import LayerSpec, MoEBackend, MoEHandle, load_backend
 from megamoe.comm.launch import make_world
 from megamoe.comm.world import World, WorldInfo
-from megamoe.layer import LayerConfig, MoELayer
 from oracle.collective import ep_forward
 from oracle.compare import compare_rows
 from oracle.experts import prepare_weights
-from tests.layer_check import layer_weights, oracle_config
+from oracle.moe_config import MoEConfig
+from tests.layer_check import build_layer as build_backend_layer
+from tests.layer_check import layer_weights, oracle_config, poison_workspaces
+
+OURS = load_backend("megamoe")
+"""Our layer, for the tests of its exchange's internals (planted bugs, layout, timeouts)."""
 
 
 @dataclass(frozen=True)
@@ -49,9 +56,9 @@ def shape_of(world: World) -> MultiShape:
     return SHAPES[world.device.type]
 
 
-def config(shape: MultiShape, recipe: str = "bf16", **kw: object) -> LayerConfig:
-    return LayerConfig(shape.experts, shape.top_k, shape.hidden, shape.inter, shape.capacity,
-                       recipe=recipe, **kw)  # type: ignore[arg-type]
+def config(shape: MultiShape, recipe: str = "bf16", **kw: object) -> LayerSpec:
+    return LayerSpec(MoEConfig(recipe, shape.experts, shape.top_k, shape.hidden, shape.inter,
+                               **kw), shape.capacity)  # type: ignore[arg-type]
 
 
 WEIGHT_SEED = 11
@@ -74,12 +81,12 @@ def local_weights(shape: MultiShape, world: World) -> tuple[torch.Tensor, torch.
     return w13[lo : lo + e_l], w2[lo : lo + e_l]
 
 
-def build_layer(cfg: LayerConfig, world: World | None, shape: MultiShape,
-                device: torch.device) -> MoELayer:
-    """The layer of this rank (``world`` None: the EP1 layer with every expert)."""
+def build_layer(backend: MoEBackend, cfg: LayerSpec, world: World | None, shape: MultiShape,
+                device: torch.device) -> MoEHandle:
+    """``backend``'s layer of this rank (``world`` None: the EP1 layer with every expert)."""
     if world is None:
-        return MoELayer(cfg, *all_weights(shape), device)
-    return MoELayer(cfg, *local_weights(shape, world), world=world)
+        return build_backend_layer(backend, cfg, *all_weights(shape), device)
+    return build_backend_layer(backend, cfg, *local_weights(shape, world), device, world)
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -90,7 +97,7 @@ def digest(t: torch.Tensor) -> str:
     return hashlib.sha256(bits(t).numpy().tobytes()).hexdigest()[:16]
 
 
-def oracle_outputs(cfg: LayerConfig, shape: MultiShape,
+def oracle_outputs(cfg: LayerSpec, shape: MultiShape,
                    inputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
                    ) -> list[torch.Tensor]:
     """Every rank's output from the collective reference (``oracle.collective.ep_forward``,
@@ -190,50 +197,8 @@ def rank_inputs(r: RankInputs, device: torch.device
     return x.to(device), ids.to(device), w.to(device)
 
 
-POISON_INT = -7
-EXCHANGE_DATA_REGIONS = ("ids", "payload", "scales", "scores", "terms")
-"""The symmetric regions a forward writes data into; ``flags`` is left alone: the flags are
-the protocol itself (monotonic epochs), not data a forward rewrites."""
-
-
-def poison(t: torch.Tensor) -> None:
-    """NaN into a floating tensor (E8M0/E4M3 bytes: their NaN encodings), -7 into integers."""
-    if t.element_size() == 1:
-        t.view(torch.uint8).fill_(0xFF)
-    elif t.is_floating_point():
-        t.fill_(float("nan"))
-    else:
-        t.fill_(POISON_INT)
-
-
-def poison_layer(layer: MoELayer, *buffers: torch.Tensor) -> None:
-    """NaN into every region a forward of ``layer`` writes (docs/contract.md s10): staging,
-    layout tables, receive buffers, terms, the GEMM buffers, and ``buffers`` (outputs).
-    The caller meets its peers at a barrier afterwards (a peer must not push into this rank
-    before the poison is in)."""
-    ws = layer._stage_ws
-    targets = [ws.payload, ws.ids, ws.scores, layer._a1, layer._a2, layer._h2, layer._out,
-               layer._act, layer._pre1, layer._pre2, layer._row_scale, *buffers]
-    if ws.scales is not None:
-        targets.append(ws.scales)
-    if layer._terms is not None:
-        targets.append(layer._terms)
-    ep = layer._ep
-    if ep is not None:
-        targets += [ep.ws.local(n) for n in EXCHANGE_DATA_REGIONS if n in ep.ws.specs]
-        for lay in (ep.global_layout_ws, ep.own_layout_ws):
-            targets += [lay.view(n) for n in ("counts", "expert_counts", "rank_counts",
-                                               "expert_offsets", "order", "order_expert",
-                                               "active_extent")]
-        targets += [ep.send_dest, ep.send_dst, ep.send_row, ep.send_flat, ep.ret_dest,
-                    ep.ret_dst, ep.recv_layout.order_expert]
-    for t in targets:
-        if t.numel():
-            poison(t)
-
-
-def eager_changing_run(world: World, layer: MoELayer, ep1: MoELayer, shape: MultiShape,
-                       cfg: LayerConfig, names: tuple[str, ...], seed: int) -> Verdict:
+def eager_changing_run(world: World, layer: MoEHandle, ep1: MoEHandle, shape: MultiShape,
+                       cfg: LayerSpec, names: tuple[str, ...], seed: int) -> Verdict:
     """Eager forwards over the scenario states ``names`` with NaN poured into every region of
     both layers between states (then a barrier, so no peer pushes before the poison is in);
     every rank's every live row against the collective oracle and bitwise against EP1."""
@@ -250,13 +215,13 @@ def eager_changing_run(world: World, layer: MoELayer, ep1: MoELayer, shape: Mult
             ep1.warmup(x, ids, w)
         if world.device.type == "cuda":
             torch.cuda.synchronize(world.device)
-        poison_layer(layer)
-        poison_layer(ep1)
+        poison_workspaces(layer)
+        poison_workspaces(ep1)
         if world.device.type == "cuda":
             torch.cuda.synchronize(world.device)
         world.barrier(f"poisoned before {name}")
         got = layer.forward(x, ids, w)
         want = oracle_outputs(cfg, shape, live_inputs(state))[world.rank]
-        verdict.judge(world.rank, f"{cfg.recipe} {name}", got, want, ids, cfg.recipe)
-        verdict.equal_bits(world.rank, f"{cfg.recipe} {name} vs EP1", got, ep1.forward(x, ids, w))
+        verdict.judge(world.rank, f"{cfg.config.recipe} {name}", got, want, ids, cfg.config.recipe)
+        verdict.equal_bits(world.rank, f"{cfg.config.recipe} {name} vs EP1", got, ep1.forward(x, ids, w))
     return verdict

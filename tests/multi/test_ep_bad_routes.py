@@ -12,7 +12,7 @@ import torch
 from fixtures.scenarios import make_scenario
 from megamoe import RouteError
 from oracle.routing import find_route_violations
-from tests.multi.ep_world import Verdict, bits, build_layer, config, rank_inputs, shape_of
+from tests.multi.ep_world import OURS, Verdict, bits, build_layer, config, rank_inputs, shape_of
 
 BAD_ROW = 3
 
@@ -20,10 +20,11 @@ BAD_ROW = 3
 @pytest.mark.contract("s2.route-error-eager", "s7.bad-route-no-hang")
 @pytest.mark.parametrize("recipe", ["bf16", "nvfp4"])
 def test_a_bad_route_on_one_rank_fails_that_rank_only(world, recipe) -> None:
+    """Our layer (it reads the layer's own output buffer for the bad row's NaN)."""
     shape = shape_of(world)
     cfg = config(shape, recipe)
-    layer = build_layer(cfg, world, shape, world.device)
-    ep1 = build_layer(cfg, None, shape, world.device)
+    layer = build_layer(OURS, cfg, world, shape, world.device)
+    ep1 = build_layer(OURS, cfg, None, shape, world.device)
     bad_rank = world.size - 1
     verdict = Verdict()
     try:
@@ -52,9 +53,9 @@ def test_a_bad_route_on_one_rank_fails_that_rank_only(world, recipe) -> None:
             verdict.check(world.rank, "the caller's out was written by a failed forward",
                           torch.equal(bits(out), sentinel))
             verdict.check(world.rank, "the bad row is not NaN",
-                          bool(layer._out[BAD_ROW].isnan().all()))
+                          bool(layer.layer._out[BAD_ROW].isnan().all()))
             keep = torch.arange(x.shape[0]) != BAD_ROW
-            verdict.equal_bits(world.rank, "rows beside the bad one", layer._out[: x.shape[0]][
+            verdict.equal_bits(world.rank, "rows beside the bad one", layer.layer._out[: x.shape[0]][
                 keep.to(world.device)], clean[keep.to(world.device)])
         else:
             verdict.check(world.rank, f"a good rank raised {raised!r}", raised is None)

@@ -21,16 +21,15 @@ import torch
 
 from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, RESTORED_FROM, make_sequence
 from megamoe.graphs import capture
-from tests.layer_check import layer_routes
+from tests.layer_check import layer_routes, poison, poison_workspaces
 from tests.multi.ep_world import (
+    OURS,
     RECIPES,
     Verdict,
     bits,
     build_layer,
     config,
     oracle_outputs,
-    poison,
-    poison_layer,
     shape_of,
 )
 
@@ -42,12 +41,12 @@ NAN_BF16 = torch.tensor(float("nan"), dtype=torch.bfloat16)
 class CapturedLayer:
     """One rank's layer captured once over capacity-shaped buffers (docs/contract.md s9)."""
 
-    def __init__(self, world, cfg, shape) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, backend, world, cfg, shape) -> None:  # type: ignore[no-untyped-def]
         dev = world.device
         self.world, self.cfg, self.shape = world, cfg, shape
         c, k, h = shape.capacity, shape.top_k, shape.hidden
-        self.layer = build_layer(cfg, world, shape, dev)
-        self.ep1 = build_layer(cfg, None, shape, dev)
+        self.layer = build_layer(backend, cfg, world, shape, dev)
+        self.ep1 = build_layer(backend, cfg, None, shape, dev)
         self.x = torch.zeros(c, h, dtype=torch.bfloat16, device=dev)
         self.ids = torch.full((c, k), -1, dtype=torch.int64, device=dev)
         self.w = torch.zeros(c, k, dtype=torch.float32, device=dev)
@@ -71,7 +70,7 @@ class CapturedLayer:
         self.live.fill_(t)
         torch.cuda.synchronize(self.world.device)
         self.world.barrier("state loaded")
-        poison_layer(self.layer, self.out)
+        poison_workspaces(self.layer, self.out)
         torch.cuda.synchronize(self.world.device)
         self.world.barrier("workspace poisoned")
 
@@ -96,15 +95,15 @@ def judge_first(v: Verdict, cl: CapturedLayer, what: str, first: torch.Tensor, t
             bool((bits(first[t:]) == bits(NAN_BF16)).all()))
     v.equal_bits(r, f"{what}: replay vs eager", first[:t], cl.layer.forward(x, ids, w))
     v.equal_bits(r, f"{what}: replay vs EP1", first[:t], cl.ep1.forward(x, ids, w))
-    v.judge(r, what, first[:t], want, ids, cl.cfg.recipe)
+    v.judge(r, what, first[:t], want, ids, cl.cfg.config.recipe)
 
 
 @pytest.mark.contract("s8.untouched-tail", "s9.replay-equals-eager", "s10.multi-rank-replay")
 @pytest.mark.cuda_graphs
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_changing_route_scenarios_replay_on_one_graph_per_rank(world, recipe) -> None:
+def test_changing_route_scenarios_replay_on_one_graph_per_rank(moe_backend, world, recipe) -> None:
     shape = shape_of(world)
-    cl = CapturedLayer(world, config(shape, recipe), shape)
+    cl = CapturedLayer(moe_backend, world, config(shape, recipe), shape)
     v = Verdict()
     first_bits: dict[str, torch.Tensor] = {}
     try:
@@ -151,9 +150,10 @@ def _pattern_inputs(world, shape, dense: bool):  # type: ignore[no-untyped-def]
 @pytest.mark.contract("s9.replay-equals-eager", "s10.multi-rank-replay")
 @pytest.mark.cuda_graphs
 @pytest.mark.parametrize("late", [False, True])
-def test_sparse_to_dense_and_back_on_one_graph_first_and_65th_replay(world, late) -> None:
+def test_sparse_to_dense_and_back_on_one_graph_first_and_65th_replay(moe_backend, world,
+                                                                     late) -> None:
     shape = shape_of(world)
-    cl = CapturedLayer(world, config(shape, "mxfp8", late_weighting=late), shape)
+    cl = CapturedLayer(moe_backend, world, config(shape, "mxfp8", late_weighting=late), shape)
     v = Verdict()
     c = shape.capacity
     try:
@@ -184,12 +184,12 @@ SANITIZER_STATES = ("dense-C", "sparse-holes", "asymmetric", "empty-rank", "rest
 @pytest.mark.sanitizer
 @pytest.mark.cuda_graphs
 @pytest.mark.parametrize("recipe", ["bf16", "fp8_mxfp4"])
-def test_sanitizer_case_changing_routes_small(world, recipe) -> None:
+def test_sanitizer_case_changing_routes_small(moe_backend, world, recipe) -> None:
     """The designated case of ``qualify.py --suite multi --sanitizer-tool T``: a small
     capacity, five changing states on one graph per rank, three replays each, every live row
     against EP1's bits (every rank's process runs under the tool)."""
     shape = dataclasses.replace(shape_of(world), capacity=16)
-    cl = CapturedLayer(world, config(shape, recipe), shape)
+    cl = CapturedLayer(moe_backend, world, config(shape, recipe), shape)
     v = Verdict()
     try:
         states = {s.name: s for s in make_sequence(
@@ -213,14 +213,15 @@ def test_sanitizer_case_changing_routes_small(world, recipe) -> None:
 @pytest.mark.contract("s2.masked-any-score", "s8.invariance")
 @pytest.mark.cuda_graphs
 @pytest.mark.parametrize("checks", ["1", "0"])
-def test_masked_slot_contents_never_change_a_replayed_bit(world, monkeypatch, checks) -> None:
+def test_masked_slot_contents_never_change_a_replayed_bit(moe_backend, world, monkeypatch,
+                                                          checks) -> None:
     """docs/contract.md s2, s6, s9: NaN, +-Inf, the router's score or 0 behind masked ids, changed
     in place between replays, give the same output bits (checks read at capture)."""
     from megamoe.route_check_setting import ENV_VAR
 
     monkeypatch.setenv(ENV_VAR, checks)
     shape = shape_of(world)
-    cl = CapturedLayer(world, config(shape, "fp8_mxfp4"), shape)
+    cl = CapturedLayer(moe_backend, world, config(shape, "fp8_mxfp4"), shape)
     v = Verdict()
     try:
         state = make_sequence(world_size=world.size, capacity=shape.capacity,
@@ -247,7 +248,7 @@ def test_masked_slot_contents_never_change_a_replayed_bit(world, monkeypatch, ch
 
 @pytest.mark.contract("s2.route-error-graph", "s7.bad-route-no-hang")
 @pytest.mark.cuda_graphs
-def test_a_bad_route_on_one_rank_under_graphs_marks_its_row_only(world) -> None:
+def test_a_bad_route_on_one_rank_under_graphs_marks_its_row_only(moe_backend, world) -> None:
     """docs/contract.md s2, s7: a bad route on one rank, written into a replayed graph's inputs:
     every rank completes every replay; that rank's bad row is NaN, its status word makes
     ``check_errors`` raise ``RouteError``; every other row of every rank is unchanged."""
@@ -255,7 +256,7 @@ def test_a_bad_route_on_one_rank_under_graphs_marks_its_row_only(world) -> None:
     from oracle.routing import find_route_violations
 
     shape = shape_of(world)
-    cl = CapturedLayer(world, config(shape, "bf16"), shape)
+    cl = CapturedLayer(moe_backend, world, config(shape, "bf16"), shape)
     v = Verdict()
     bad_rank, bad_row = world.size - 1, 2
     try:
@@ -304,7 +305,7 @@ def test_teardown_with_live_graphs_ends_in_bounded_time(world) -> None:
     shape = shape_of(world)
     sub = short_timeout_world(world, 30.0)
     cfg = config(shape, "bf16")
-    layer = build_layer(cfg, sub, shape, world.device)
+    layer = build_layer(OURS, cfg, sub, shape, world.device)
     x = torch.randn(4, shape.hidden, dtype=torch.bfloat16, device=world.device)
     ids = torch.arange(4 * shape.top_k, device=world.device).view(4, -1) % shape.experts
     w = torch.full((4, shape.top_k), 0.5, device=world.device)

@@ -25,11 +25,11 @@ STATES = ("dense-C", "sparse-holes", "skewed")
 @pytest.mark.contract("s7.ep-equals-ep1", "s8.invariance")
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_rows_are_bitwise_equal_in_every_world_size_and_across_reruns(
-        world, subworlds, recipe, record_testsuite_property) -> None:  # type: ignore[no-untyped-def]
+        moe_backend, world, subworlds, recipe, record_testsuite_property) -> None:  # type: ignore[no-untyped-def]
     shape = shape_of(world)
     cfg = config(shape, recipe)
-    ep1 = build_layer(cfg, None, shape, world.device)
-    layers = {p: build_layer(cfg, w, shape, world.device) for p, w in
+    ep1 = build_layer(moe_backend, cfg, None, shape, world.device)
+    layers = {p: build_layer(moe_backend, cfg, w, shape, world.device) for p, w in
               subworlds.worlds.items()}
     verdict = Verdict()
     hashes = []

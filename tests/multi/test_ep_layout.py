@@ -12,7 +12,7 @@ import torch
 
 from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, make_scenario
 from oracle.routing import dispatch_layout, stage_routes
-from tests.multi.ep_world import Verdict, build_layer, config, shape_of
+from tests.multi.ep_world import OURS, Verdict, build_layer, config, shape_of
 
 LAYOUT_FIELDS = ("counts", "expert_counts", "rank_counts", "expert_offsets", "order",
                  "order_expert", "active_extent")
@@ -33,7 +33,8 @@ def tag(hidden: torch.Tensor, rank: int) -> torch.Tensor:
 def test_layout_and_received_rows_prove_their_source(world) -> None:
     shape = shape_of(world)
     cfg = config(shape)  # bf16: the payload moves as the caller's bytes
-    layer = build_layer(cfg, world, shape, world.device)
+    layer = build_layer(OURS, cfg, world, shape, world.device)
+    ep = layer.layer._ep  # our exchange's receive side (this test reads its internals)
     e_l = shape.experts // world.size
     verdict = Verdict()
     try:
@@ -50,7 +51,7 @@ def test_layout_and_received_rows_prove_their_source(world) -> None:
                 layer.forward(x, ids, w)
             staged = [stage_routes(ids_r, w_r, shape.capacity) for _, ids_r, w_r in live]
             want = dispatch_layout([s[0] for s in staged], shape.experts, world.size)
-            got = layer._ep.layout.trimmed()
+            got = ep.layout.trimmed()
             for f in LAYOUT_FIELDS:
                 a, b = getattr(got, f).cpu(), getattr(want, f)
                 verdict.check(world.rank, f"{name}: layout {f} differs from the oracle's",
@@ -58,16 +59,16 @@ def test_layout_and_received_rows_prove_their_source(world) -> None:
             base = int(want.expert_offsets[world.rank * e_l])
             n = int(want.rank_counts[world.rank])
             order = want.order[base : base + n]
-            verdict.check(world.rank, f"{name}: received {int(layer._ep.recv_count)} routes, "
-                          f"the layout says {n}", int(layer._ep.recv_count) == n)
-            rows = layer._ep.recv_payload[:n].cpu()
+            verdict.check(world.rank, f"{name}: received {int(ep.recv_count)} routes, "
+                          f"the layout says {n}", int(ep.recv_count) == n)
+            rows = ep.recv_payload[:n].cpu()
             tags = torch.stack([order[:, 0], order[:, 1] // 64, order[:, 1] % 64], 1)
             verdict.check(world.rank, f"{name}: a received row does not carry the source "
                           "rank and row of its place in the order",
                           torch.equal(rows[:, :TAG_COLUMNS].long(), tags))
             scores = torch.stack([s[1] for s in staged])
             sent = scores[order[:, 0], order[:, 1], order[:, 2]]
-            got_scores = layer._ep.recv_scores[:n, 0].cpu()
+            got_scores = ep.recv_scores[:n, 0].cpu()
             verdict.check(world.rank, f"{name}: received scores differ from the staged ones",
                           torch.equal(got_scores.view(torch.int32), sent.view(torch.int32)))
     finally:

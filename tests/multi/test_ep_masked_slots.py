@@ -18,10 +18,11 @@ MASKED_CONTENTS = (float("nan"), float("inf"), float("-inf"), 0.0, "router")
 @pytest.mark.contract("s2.check-routes-switch", "s2.masked-any-score", "s6.inactive-rows-zero", "s8.invariance")
 @pytest.mark.parametrize("checks", ["1", "0"])
 @pytest.mark.parametrize("recipe", ["bf16", "fp8_mxfp4"])
-def test_masked_slot_contents_never_change_a_bit(world, monkeypatch, recipe, checks) -> None:
+def test_masked_slot_contents_never_change_a_bit(moe_backend, world, monkeypatch, recipe,
+                                                 checks) -> None:
     monkeypatch.setenv(ENV_VAR, checks)
     shape = shape_of(world)
-    layer = build_layer(config(shape, recipe), world, shape, world.device)
+    layer = build_layer(moe_backend, config(shape, recipe), world, shape, world.device)
     verdict = Verdict()
     try:
         state = make_scenario("sparse-holes", world_size=world.size, capacity=shape.capacity,

@@ -41,11 +41,12 @@ def inputs_of(recipe: str, rotation: int, world_size: int, shape):  # type: igno
 @pytest.mark.contract("s5.clamp", "s5.weighting", "s7.ep-equals-ep1", "s7.ep-rows-meet-reference", "s7.every-rank-every-step", "s11.same-kernels-every-world")
 @pytest.mark.parametrize(("clamp", "late"), WEIGHTINGS)
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_every_rank_meets_the_collective_oracle_and_ep1_bits(world, recipe, clamp, late) -> None:
+def test_every_rank_meets_the_collective_oracle_and_ep1_bits(moe_backend, world, recipe, clamp,
+                                                             late) -> None:
     shape = shape_of(world)
     cfg = config(shape, recipe, clamp=clamp, late_weighting=late)
-    layer = build_layer(cfg, world, shape, world.device)
-    ep1 = build_layer(cfg, None, shape, world.device)
+    layer = build_layer(moe_backend, cfg, world, shape, world.device)
+    ep1 = build_layer(moe_backend, cfg, None, shape, world.device)
     verdict = Verdict()
     try:
         for rotation in range(3):

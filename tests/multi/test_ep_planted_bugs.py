@@ -17,7 +17,7 @@ import torch
 
 from megamoe.comm.signal import StepSignal
 from megamoe.layer.ep_exchange import EpExchange
-from tests.multi.ep_world import build_layer, config, eager_changing_run, shape_of
+from tests.multi.ep_world import OURS, build_layer, config, eager_changing_run, shape_of
 
 NAMES = ("dense-C", "sparse-holes", "asymmetric", "last-capacity-row-only", "dense-C")
 PAUSE_S = 0.5
@@ -110,8 +110,8 @@ PLANTS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], bool]] = {
 def _run(world, recipe: str) -> list[str]:  # type: ignore[no-untyped-def]
     shape = shape_of(world)
     cfg = config(shape, recipe)
-    layer = build_layer(cfg, world, shape, world.device)
-    ep1 = build_layer(cfg, None, shape, world.device)
+    layer = build_layer(OURS, cfg, world, shape, world.device)
+    ep1 = build_layer(OURS, cfg, None, shape, world.device)
     try:
         verdict = eager_changing_run(world, layer, ep1, shape, cfg, NAMES, seed=41)
     finally:

@@ -12,6 +12,7 @@ import pytest
 from fixtures.scenarios import make_scenario
 from megamoe import CommTimeoutError, ConfigError
 from tests.multi.ep_world import (
+    OURS,
     Verdict,
     build_layer,
     config,
@@ -30,7 +31,7 @@ the status word, and in the emulated world the time slices of the other processe
 def test_a_peer_that_never_arrives_is_a_timeout_naming_rank_step_and_peer(world) -> None:
     shape = shape_of(world)
     short = short_timeout_world(world, TIMEOUT_S)
-    layer = build_layer(config(shape), short, shape, world.device)
+    layer = build_layer(OURS, config(shape), short, shape, world.device)
     absent = world.size - 1
     verdict = Verdict()
     state = make_scenario("dense-C", world_size=world.size, capacity=shape.capacity,
