@@ -41,10 +41,7 @@ PARTS = ("single", "multi", "sanitize")
 MAP_ENV = "MEGAMOE_SEED_MAP_OUT"
 """Collect-only runs with ``-p tests.harness.seed_suite`` write ``{suite: {item: [node ids]}}``
 as JSON to this path (the host test of the suites' items reads it)."""
-PENDING: dict[tuple[str, str], str] = {
-    ("mega_sm90_mxfp4", "multirank"): "the multi tier is devtools/pending/ep-world.patch, which "
-                                      "lands with a passing multi record from a GPU",
-}
+PENDING: dict[tuple[str, str], str] = {}
 """Items whose tests wait for a change that cannot land without a GPU record, and why; an
 item here that gains a test must leave (the host check fails otherwise)."""
 

@@ -24,12 +24,13 @@ from fixtures.scenarios import RankInputs, ScenarioState
 from megamoe.backends import LayerSpec, MoEBackend, MoEHandle, load_backend
 from megamoe.comm.launch import make_world
 from megamoe.comm.world import World, WorldInfo
+from megamoe.graphs import capture
 from oracle.collective import ep_forward
 from oracle.compare import compare_rows
 from oracle.experts import prepare_weights
 from oracle.moe_config import MoEConfig
 from tests.layer_check import build_layer as build_backend_layer
-from tests.layer_check import layer_weights, oracle_config, poison_workspaces
+from tests.layer_check import layer_weights, oracle_config, poison, poison_workspaces
 
 OURS = load_backend("megamoe")
 """Our layer, for the tests of its exchange's internals (planted bugs, layout, timeouts)."""
@@ -225,3 +226,66 @@ def eager_changing_run(world: World, layer: MoEHandle, ep1: MoEHandle, shape: Mu
         verdict.judge(world.rank, f"{cfg.config.recipe} {name}", got, want, ids, cfg.config.recipe)
         verdict.equal_bits(world.rank, f"{cfg.config.recipe} {name} vs EP1", got, ep1.forward(x, ids, w))
     return verdict
+
+
+NAN_BF16 = torch.tensor(float("nan"), dtype=torch.bfloat16)
+
+
+class CapturedLayer:
+    """One rank's layer captured once over capacity-shaped buffers (docs/contract.md s9)."""
+
+    def __init__(self, backend, world, cfg, shape) -> None:  # type: ignore[no-untyped-def]
+        dev = world.device
+        self.world, self.cfg, self.shape = world, cfg, shape
+        c, k, h = shape.capacity, shape.top_k, shape.hidden
+        self.layer = build_layer(backend, cfg, world, shape, dev)
+        self.ep1 = build_layer(backend, cfg, None, shape, dev)
+        self.x = torch.zeros(c, h, dtype=torch.bfloat16, device=dev)
+        self.ids = torch.full((c, k), -1, dtype=torch.int64, device=dev)
+        self.w = torch.zeros(c, k, dtype=torch.float32, device=dev)
+        self.live = torch.full((1,), c, dtype=torch.int32, device=dev)
+        self.out = torch.zeros(c, h, dtype=torch.bfloat16, device=dev)
+        self.layer.warmup(self.x, self.ids, self.w)
+        self.ep1.warmup(self.x, self.ids, self.w)
+        self.layer.forward(self.x, self.ids, self.w, live_tokens=self.live, out=self.out)
+        torch.cuda.synchronize(dev)
+        world.barrier("warm before capture")
+        self.graph = torch.cuda.CUDAGraph()
+        with capture(self.graph):
+            self.layer.forward(self.x, self.ids, self.w, live_tokens=self.live, out=self.out)
+
+    def load(self, hidden, ids, w, t: int) -> None:  # type: ignore[no-untyped-def]
+        """New contents in place (capacity-shaped; rows >= t are garbage), the workspace
+        poisoned, every rank past the poison before anyone replays."""
+        c = self.shape.capacity
+        for dst, src in ((self.x, hidden), (self.ids, ids), (self.w, w)):
+            dst.copy_(src[:c].to(dst.device))
+        self.live.fill_(t)
+        torch.cuda.synchronize(self.world.device)
+        self.world.barrier("state loaded")
+        poison_workspaces(self.layer, self.out)
+        torch.cuda.synchronize(self.world.device)
+        self.world.barrier("workspace poisoned")
+
+    def replay(self) -> torch.Tensor:
+        poison(self.out)
+        self.graph.replay()
+        torch.cuda.synchronize(self.world.device)
+        return self.out.clone()
+
+    def destroy(self) -> None:
+        self.layer.destroy()
+        self.ep1.destroy()
+
+
+def judge_first(v: Verdict, cl: CapturedLayer, what: str, first: torch.Tensor, t: int,
+                live, want: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
+    """The first replay of a state: rows past T untouched (still NaN), rows [0, T) equal to an
+    eager EP forward and to EP1, and within the oracle's bound."""
+    r = cl.world.rank
+    x, ids, w = (a.to(cl.world.device) for a in live)
+    v.check(r, f"{what}: rows >= T were written",
+            bool((bits(first[t:]) == bits(NAN_BF16)).all()))
+    v.equal_bits(r, f"{what}: replay vs eager", first[:t], cl.layer.forward(x, ids, w))
+    v.equal_bits(r, f"{what}: replay vs EP1", first[:t], cl.ep1.forward(x, ids, w))
+    v.judge(r, what, first[:t], want, ids, cl.cfg.config.recipe)

@@ -21,86 +21,26 @@ import torch
 
 from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, RESTORED_FROM, make_sequence
 from megamoe.graphs import capture
-from tests.layer_check import layer_routes, poison, poison_workspaces
+from tests.layer_check import layer_routes
 from tests.multi.ep_world import (
     OURS,
     RECIPES,
+    CapturedLayer,
     Verdict,
     bits,
     build_layer,
     config,
+    judge_first,
     oracle_outputs,
     shape_of,
 )
 
 REPLAYS_PER_STATE = 17
 LONG_REPLAYS = 65
-NAN_BF16 = torch.tensor(float("nan"), dtype=torch.bfloat16)
-
-
-class CapturedLayer:
-    """One rank's layer captured once over capacity-shaped buffers (docs/contract.md s9)."""
-
-    def __init__(self, backend, world, cfg, shape) -> None:  # type: ignore[no-untyped-def]
-        dev = world.device
-        self.world, self.cfg, self.shape = world, cfg, shape
-        c, k, h = shape.capacity, shape.top_k, shape.hidden
-        self.layer = build_layer(backend, cfg, world, shape, dev)
-        self.ep1 = build_layer(backend, cfg, None, shape, dev)
-        self.x = torch.zeros(c, h, dtype=torch.bfloat16, device=dev)
-        self.ids = torch.full((c, k), -1, dtype=torch.int64, device=dev)
-        self.w = torch.zeros(c, k, dtype=torch.float32, device=dev)
-        self.live = torch.full((1,), c, dtype=torch.int32, device=dev)
-        self.out = torch.zeros(c, h, dtype=torch.bfloat16, device=dev)
-        self.layer.warmup(self.x, self.ids, self.w)
-        self.ep1.warmup(self.x, self.ids, self.w)
-        self.layer.forward(self.x, self.ids, self.w, live_tokens=self.live, out=self.out)
-        torch.cuda.synchronize(dev)
-        world.barrier("warm before capture")
-        self.graph = torch.cuda.CUDAGraph()
-        with capture(self.graph):
-            self.layer.forward(self.x, self.ids, self.w, live_tokens=self.live, out=self.out)
-
-    def load(self, hidden, ids, w, t: int) -> None:  # type: ignore[no-untyped-def]
-        """New contents in place (capacity-shaped; rows >= t are garbage), the workspace
-        poisoned, every rank past the poison before anyone replays."""
-        c = self.shape.capacity
-        for dst, src in ((self.x, hidden), (self.ids, ids), (self.w, w)):
-            dst.copy_(src[:c].to(dst.device))
-        self.live.fill_(t)
-        torch.cuda.synchronize(self.world.device)
-        self.world.barrier("state loaded")
-        poison_workspaces(self.layer, self.out)
-        torch.cuda.synchronize(self.world.device)
-        self.world.barrier("workspace poisoned")
-
-    def replay(self) -> torch.Tensor:
-        poison(self.out)
-        self.graph.replay()
-        torch.cuda.synchronize(self.world.device)
-        return self.out.clone()
-
-    def destroy(self) -> None:
-        self.layer.destroy()
-        self.ep1.destroy()
-
-
-def judge_first(v: Verdict, cl: CapturedLayer, what: str, first: torch.Tensor, t: int,
-                live, want: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
-    """The first replay of a state: rows past T untouched (still NaN), rows [0, T) equal to an
-    eager EP forward and to EP1, and within the oracle's bound."""
-    r = cl.world.rank
-    x, ids, w = (a.to(cl.world.device) for a in live)
-    v.check(r, f"{what}: rows >= T were written",
-            bool((bits(first[t:]) == bits(NAN_BF16)).all()))
-    v.equal_bits(r, f"{what}: replay vs eager", first[:t], cl.layer.forward(x, ids, w))
-    v.equal_bits(r, f"{what}: replay vs EP1", first[:t], cl.ep1.forward(x, ids, w))
-    v.judge(r, what, first[:t], want, ids, cl.cfg.config.recipe)
-
-
 @pytest.mark.contract("s8.untouched-tail", "s9.replay-equals-eager", "s10.multi-rank-replay")
 @pytest.mark.cuda_graphs
 @pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.mega_sm107("graph-replay")
 def test_changing_route_scenarios_replay_on_one_graph_per_rank(moe_backend, world, recipe) -> None:
     shape = shape_of(world)
     cl = CapturedLayer(moe_backend, world, config(shape, recipe), shape)
@@ -150,6 +90,7 @@ def _pattern_inputs(world, shape, dense: bool):  # type: ignore[no-untyped-def]
 @pytest.mark.contract("s9.replay-equals-eager", "s10.multi-rank-replay")
 @pytest.mark.cuda_graphs
 @pytest.mark.parametrize("late", [False, True])
+@pytest.mark.mega_sm107("graph-replay")
 def test_sparse_to_dense_and_back_on_one_graph_first_and_65th_replay(moe_backend, world,
                                                                      late) -> None:
     shape = shape_of(world)

@@ -18,6 +18,7 @@ MASKED_CONTENTS = (float("nan"), float("inf"), float("-inf"), 0.0, "router")
 @pytest.mark.contract("s2.check-routes-switch", "s2.masked-any-score", "s6.inactive-rows-zero", "s8.invariance")
 @pytest.mark.parametrize("checks", ["1", "0"])
 @pytest.mark.parametrize("recipe", ["bf16", "fp8_mxfp4"])
+@pytest.mark.mega_sm107("masked-routes")
 def test_masked_slot_contents_never_change_a_bit(moe_backend, world, monkeypatch, recipe,
                                                  checks) -> None:
     monkeypatch.setenv(ENV_VAR, checks)
