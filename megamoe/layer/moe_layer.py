@@ -52,7 +52,6 @@ semantics; used by the host tests).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -113,8 +112,7 @@ class MoELayer:
                               "(E % P == 0)", config.num_experts)
         e_local = config.num_experts // ranks
         # rank r holds the weights of its experts only: [E_l, ...]
-        _weights.check_weights(dataclasses.replace(config, num_experts=e_local) if world
-                               else config, w13, w2)
+        _weights.check_weights(config, w13, w2, experts=e_local)
         self.config = config
         self.world = world
         self.device = torch.device(device if device is not None else

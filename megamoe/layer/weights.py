@@ -44,9 +44,13 @@ _SCALE = {  # recipe -> (accepted scale dtypes, elements per scale)
 Weights = torch.Tensor | Mxfp4Matrix | Mxfp8Matrix | Nvfp4Matrix
 
 
-def check_weights(config: LayerConfig, w13: object, w2: object) -> None:
-    """Metadata (and, for float weights of a quantized recipe, finiteness) of both matrices."""
-    e, h, i = config.num_experts, config.hidden_size, config.intermediate_size
+def check_weights(config: LayerConfig, w13: object, w2: object,
+                  experts: int | None = None) -> None:
+    """Metadata (and, for float weights of a quantized recipe, finiteness) of both matrices,
+    which hold ``experts`` experts (default ``config.num_experts``; an EP rank holds its
+    ``E / P``, which may be fewer than ``top_k``: docs/contract.md s7)."""
+    e = config.num_experts if experts is None else experts
+    h, i = config.hidden_size, config.intermediate_size
     kind = QUANTIZED.get(config.recipe)
     for name, w, shape in (("w13", w13, (e, 2 * i, h)), ("w2", w2, (e, h, i))):
         if kind is not None and isinstance(w, kind):

@@ -4,6 +4,7 @@ and 0; and bitwise equal to the EP1 layer of the same configuration on the same 
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import pytest
@@ -63,4 +64,30 @@ def test_every_rank_meets_the_collective_oracle_and_ep1_bits(moe_backend, world,
     finally:
         layer.destroy()
         ep1.destroy()
+    verdict.assert_clean(world)
+
+
+@pytest.mark.contract("s7.ep-rows-meet-reference")
+def test_a_rank_may_hold_fewer_experts_than_a_token_has_routes(moe_backend, world) -> None:
+    """``K > E / P`` is a valid EP layer (a token's routes span several ranks' experts): it
+    builds with each rank's ``E / P`` experts and meets the collective reference; at P = 1
+    the largest ``K`` (``E``)."""
+    base = shape_of(world)
+    shape = dataclasses.replace(base, top_k=min(base.experts,
+                                                base.experts // world.size + 1))
+    cfg = config(shape, "bf16")
+    layer = build_layer(moe_backend, cfg, world, shape, world.device)
+    verdict = Verdict()
+    try:
+        inputs = [layer_routes(zlib.crc32(f"k>e_l/{r}".encode()), shape.capacity,
+                               num_experts=shape.experts, top_k=shape.top_k,
+                               hidden=shape.hidden, mask_p=0.25)
+                  for r in range(world.size)]
+        want = oracle_outputs(cfg, shape, inputs)
+        x, ids, w = (t.to(world.device) for t in inputs[world.rank])
+        layer.warmup(x, ids, w)
+        verdict.judge(world.rank, f"K={shape.top_k} E/P={shape.experts // world.size}",
+                      layer.forward(x, ids, w), want[world.rank], ids, "bf16")
+    finally:
+        layer.destroy()
     verdict.assert_clean(world)
