@@ -97,7 +97,7 @@ class StepSignal:
         stream = cuda.CUstream(torch.cuda.current_stream(self.epoch.device).cuda_stream)
         compiled(p(self.ws.table(self.region), cutlass.Int64, 8), world.rank, world.size,
                  p(self.epoch, cutlass.Int32, 4), p(self.status, cutlass.Int32, 4),
-                 self.status.data_ptr(), index, self.timeout_ns, stream)
+                 index, self.timeout_ns, stream)
         return PATH_KERNEL
 
     def _signal_torch(self, index: int) -> None:

@@ -55,8 +55,7 @@ _FAKE_ADDR = 1 << 20
 
 @cute.kernel
 def _signal_kernel(table_ptr: cute.Pointer, rank: Int32, size: Int32, epoch_ptr: cute.Pointer,
-                   status_ptr: cute.Pointer, status_addr: Int64, step: Int32,
-                   timeout_ns: Int64):
+                   status_ptr: cute.Pointer, step: Int32, timeout_ns: Int64):
     await_inputs()
     tidx, _, _ = cute.arch.thread_idx()
     m_tab = cute.make_tensor(table_ptr, cute.make_layout(size))
@@ -80,8 +79,11 @@ def _signal_kernel(table_ptr: cute.Pointer, rank: Int32, size: Int32, epoch_ptr:
                 waited = waited + (Int64(now - last) & Int64(0xFFFFFFFF))
                 last = now
                 v = load_acquire_sys(addr)
+            # the CAS address is the status pointer's own: the same CAS through an address
+            # passed as a separate Int64 argument faulted on an H200 (illegal address)
             if v - e < Int32(0):  # noqa: SIM102 - the CAS runs for a failed wait only
-                if cas_gpu(status_addr, Int32(STATUS_OK), Int32(STATUS_TIMEOUT)) == Int32(0):
+                if cas_gpu(status_ptr.toint(), Int32(STATUS_OK),
+                           Int32(STATUS_TIMEOUT)) == Int32(0):
                     m_st[1] = step
                     m_st[2] = src
                     m_st[3] = e
@@ -92,11 +94,10 @@ def _signal_kernel(table_ptr: cute.Pointer, rank: Int32, size: Int32, epoch_ptr:
 
 @cute.jit
 def signal_launch(table_ptr: cute.Pointer, rank: Int32, size: Int32, epoch_ptr: cute.Pointer,
-                  status_ptr: cute.Pointer, status_addr: Int64, step: Int32, timeout_ns: Int64,
+                  status_ptr: cute.Pointer, step: Int32, timeout_ns: Int64,
                   stream: cuda.CUstream):
-    _signal_kernel(table_ptr, rank, size, epoch_ptr, status_ptr, status_addr, step,
-                   timeout_ns).launch(grid=[1, 1, 1], block=[THREADS, 1, 1], stream=stream,
-                                      use_pdl=PDL)
+    _signal_kernel(table_ptr, rank, size, epoch_ptr, status_ptr, step, timeout_ns).launch(
+        grid=[1, 1, 1], block=[THREADS, 1, 1], stream=stream, use_pdl=PDL)
 
 
 def compile_signal():
@@ -106,7 +107,7 @@ def compile_signal():
     return cute.compile(
         signal_launch, make_ptr(Int64, _FAKE_ADDR, gm, assumed_align=8), i0, i0,
         make_ptr(Int32, _FAKE_ADDR, gm, assumed_align=4),
-        make_ptr(Int32, _FAKE_ADDR, gm, assumed_align=4), Int64(0), i0, Int64(0),
+        make_ptr(Int32, _FAKE_ADDR, gm, assumed_align=4), i0, Int64(0),
         cuda.CUstream(0),
     )
 
