@@ -8,7 +8,9 @@ status word (int32 ``[4]``: code, step, peer, epoch; ``signal_kernel.STATUS_WORD
 has finished the step's writes, then waits (at most the world's timeout) until every rank
 has told it the same. A wait that expires leaves ``STATUS_TIMEOUT`` in the status word;
 ``error()`` reads it (a sync) and returns the ``CommTimeoutError`` naming this rank, the
-step and the peer that never arrived.
+step and the peer that never arrived. A rank whose status records a failure neither waits
+nor signals any more, so a peer that arrives late times out too (at its next step) rather
+than computing with rows the failed forward pushed.
 
 On the CPU world the same protocol runs in PyTorch and Python (stores to the peers' flag
 words, then a polling loop on this rank's flags with the same bound and the same status
@@ -103,10 +105,10 @@ class StepSignal:
     def _signal_torch(self, index: int) -> None:
         world = self.ws.world
         e = int(self.epoch[0]) + 1
-        for d in range(world.size):
-            self.ws.peer(self.region, d)[world.rank] = e
         flags = self.ws.local(self.region)
-        if int(self.status[0]) == STATUS_OK:
+        if int(self.status[0]) == STATUS_OK:  # a failed rank signals no more (signal_kernel)
+            for d in range(world.size):
+                self.ws.peer(self.region, d)[world.rank] = e
             deadline = time.monotonic() + world.timeout_s
             for src in range(world.size):
                 while int(flags[src]) - e < 0:

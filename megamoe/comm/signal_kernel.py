@@ -8,8 +8,10 @@ One CTA of ``THREADS`` threads; ``table[d]`` is the address of rank d's flag wor
 1. ``e = epoch + 1``; a ``fence.acq_rel.sys``: the writes of the kernels before this one
    (complete: ``await_inputs``), the rows this rank pushed to its peers included, are
    ordered before the flags;
-2. thread ``t`` stores ``e`` with ``st.release.sys`` into flag ``rank`` of every rank
-   ``d = t, t + THREADS, ...`` (its own included);
+2. unless the status word already records a failure, thread ``t`` stores ``e`` with
+   ``st.release.sys`` into flag ``rank`` of every rank ``d = t, t + THREADS, ...`` (its own
+   included). A failed rank signals no more: a late peer then times out at the next step
+   instead of reading rows that the failed forward pushed from a layout it never agreed to;
 3. unless the status word already records a failure (a failed world waits no more, so a dead
    peer costs one timeout, not one per step), thread ``t`` waits on its own flags of ranks
    ``t, t + THREADS, ...`` with ``ld.acquire.sys`` until each holds at least ``e`` (a peer
@@ -64,10 +66,10 @@ def _signal_kernel(table_ptr: cute.Pointer, rank: Int32, size: Int32, epoch_ptr:
     e = m_ep[0] + Int32(1)
     healthy = m_st[0] == Int32(STATUS_OK)
     fence_sys()
-    for d in range(tidx, size, THREADS):
-        store_release_sys(m_tab[d] + Int64(4) * Int64(rank), e)
     mine = m_tab[rank]
     if healthy:
+        for d in range(tidx, size, THREADS):
+            store_release_sys(m_tab[d] + Int64(4) * Int64(rank), e)
         for src in range(tidx, size, THREADS):
             addr = mine + Int64(4) * Int64(src)
             v = load_acquire_sys(addr)

@@ -75,3 +75,52 @@ def test_a_peer_that_never_arrives_is_a_timeout_naming_rank_step_and_peer(world)
     verdict.check(world.rank, f"destroy after the failure took {took:.1f} s", took < SLACK_S)
     verdict.check(world.rank, "symmetric buffers left after destroy", short.live_buffers == 0)
     verdict.assert_clean(world)
+
+
+@pytest.mark.contract("s7.bounded-waits")
+def test_a_peer_that_arrives_after_the_others_timed_out_times_out_too(world) -> None:
+    """The ranks that timed out signal no more, so the late peer's forward cannot run on
+    rows their failed forward pushed: it times out at its next step ('dispatch', waiting for
+    a rank that failed) instead of returning an output. One rank has no peer to be late for:
+    its forward returns."""
+    shape = shape_of(world)
+    short = short_timeout_world(world, TIMEOUT_S)
+    layer = build_layer(OURS, config(shape), short, shape, world.device)
+    late = world.size - 1
+    verdict = Verdict()
+    state = make_scenario("dense-C", world_size=world.size, capacity=shape.capacity,
+                          top_k=shape.top_k, num_experts=shape.experts,
+                          hidden_size=shape.hidden, seed=38)
+    x, ids, w = rank_inputs(state.ranks[world.rank], world.device)
+    layer.warmup(x, ids, w)
+    world.barrier("before the missed step")
+    if world.rank != late:
+        try:
+            layer.forward(x, ids, w)
+            verdict.check(world.rank, f"no timeout while rank {late} was absent", False)
+        except CommTimeoutError:
+            pass  # what that timeout must name is the test above's
+    world.barrier("after the others timed out")
+    if world.rank == late:
+        t0 = time.monotonic()
+        try:
+            layer.forward(x, ids, w)
+            raised = None
+        except CommTimeoutError as err:
+            raised = err
+        took = time.monotonic() - t0
+        if world.size == 1:
+            verdict.check(world.rank, f"one rank has no peer to be late for, got {raised!r}",
+                          raised is None)
+        else:
+            verdict.check(world.rank, f"the late peer returned an output or the wrong error: "
+                          f"expected a timeout at step 'dispatch' waiting for a failed rank, "
+                          f"got {raised!r}", raised is not None and
+                          (raised.rank, raised.step) == (late, "dispatch") and
+                          raised.peer != late)
+            verdict.check(world.rank, f"the late forward took {took:.1f} s (timeout "
+                          f"{TIMEOUT_S} s)", took <= TIMEOUT_S + SLACK_S)
+    world.barrier("after the late step")
+    layer.destroy()
+    short.destroy()
+    verdict.assert_clean(world)
