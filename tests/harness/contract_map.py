@@ -41,8 +41,8 @@ GAPS: dict[str, str] = {
                                 "raises for a non-finite row without an active slot (issue 40 "
                                 "item 1: a kernel change that lands with a GPU record)",
     "s5.weighting": "the oracle's known answers and the CPU layer's stages tell early from "
-                    "late apart for every recipe; at kernel level only a tolerance separates "
-                    "them, not for every recipe (issue 40 item 3)",
+                    "late apart for every recipe; the kernels' stages are read by a single-tier "
+                    "test that has not run on a GPU yet (issue 40 item 3)",
 }
 """Rules with tests and a known gap, shown in the table (module docstring of docs/contract.md)."""
 TIERS = {"tests/host": "host", "tests/property": "property", "tests/single": "single",

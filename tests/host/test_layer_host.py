@@ -17,6 +17,7 @@ from megamoe.layer import LAYER_RECIPES, LayerConfig, MoELayer
 from megamoe.layer.config import H_MULTIPLE, I_MULTIPLE, KNOWN_RECIPES
 from oracle.routing import find_route_violations
 from tests.layer_check import compare_rows, layer_routes, layer_weights, oracle_output
+from tests.weighting_check import WeightingStages, stages_after_forward, weighting_problems
 
 E, K, H, INTER, C = 8, 2, 2 * H_MULTIPLE, I_MULTIPLE, 16
 
@@ -366,47 +367,10 @@ def test_a_layer_that_drops_its_expert_count_is_caught(monkeypatch) -> None:  # 
 
 # ---------------------------------------------------------------- where the score applies
 
-def _stages(recipe: str, late: bool, hidden, ids, w):  # type: ignore[no-untyped-def]
-    """A fresh CPU layer's float32 ``act`` (quantized recipes), bf16 A2 and per-GEMM-row
-    score after one forward, on its live GEMM rows: those with a score (the expert segments
-    are padded, so live rows are not the first ``n``; every active score is above 0)."""
+def _stages(recipe: str, late: bool, hidden, ids, w) -> WeightingStages:  # type: ignore[no-untyped-def]
+    """A fresh CPU layer's stages after one forward (``tests.weighting_check``)."""
     layer, _, _ = _layer(LayerConfig(E, K, H, INTER, C, recipe=recipe, late_weighting=late))
-    layer.warmup(hidden, ids, w)
-    layer.forward(hidden, ids, w)
-    score = layer._row_scale[: layer._m_cap]
-    live = score != 0
-    act = layer._act[live].clone() if layer._act.numel() else None
-    return act, layer._a2[live].float(), score[live].clone(), int(live.sum())
-
-
-def weighting_problems(recipe: str, early: tuple, late: tuple) -> list[str]:  # type: ignore[type-arg]
-    """What is wrong with the two layers' stages if ``early`` weighted each row's ``act``
-    by its score before A2 and ``late`` did not (docs/contract.md s5: early is one float32
-    multiply of ``act``). Quantized recipes, bitwise: ``act_early == act_late * score``;
-    bf16 (no float32 ``act`` stage), per element: the early A2 is the late A2 times the
-    score within two bf16 roundings. Either way the stages must differ, since no score is 1."""
-    act_e, a2_e, score, n = early
-    act_l, a2_l, _, _ = late
-    problems = []
-    if bool((score == 1).any()):
-        problems.append("a score of 1 cannot tell early from late")
-    if act_e is not None:
-        want = act_l * score[:, None]
-        bad = (act_e.view(torch.int32) != want.view(torch.int32)).any(dim=1)
-        problems += [f"{recipe}: GEMM row {r}: act != late act * score" for r in
-                     bad.nonzero().flatten().tolist()]
-    else:
-        want = a2_l * score[:, None]
-        # |bf16(x*s) - bf16(x)*s| <= 2 u |x*s| and |want| >= (1 - u) |x*s|, u = 2**-8
-        tol = 2.0 ** -7 / (1 - 2.0 ** -8) * want.abs() + 2.0 ** -133
-        bad = ((a2_e - want).abs() > tol).any(dim=1)
-        problems += [f"{recipe}: GEMM row {r}: A2 != late A2 * score within 2 bf16 roundings"
-                     for r in bad.nonzero().flatten().tolist()]
-    if n and act_e is not None and torch.equal(act_e, act_l):
-        problems.append(f"{recipe}: early and late act are equal")
-    if n and torch.equal(a2_e, a2_l) and act_e is None:
-        problems.append(f"{recipe}: early and late A2 are equal")
-    return problems
+    return stages_after_forward(layer, hidden, ids, w)
 
 
 @pytest.mark.contract("s5.weighting")
@@ -422,8 +386,8 @@ def test_the_cpu_layer_applies_the_score_where_its_flag_says(recipe) -> None:
     # the layer could have filled wrongly (zeros would pass the relation)
     active = w[ids >= 0].float().sort().values
     for stages in (early, late):
-        assert stages[3] == active.numel() > 0
-        assert torch.equal(stages[2].sort().values, active)
+        assert stages.live == active.numel() > 0
+        assert torch.equal(stages.score.sort().values, active)
     assert weighting_problems(recipe, early, late) == []
     assert weighting_problems(recipe, late, late), "a layer ignoring the flag passed"
     assert weighting_problems(recipe, early, early), "a layer always weighting early passed"

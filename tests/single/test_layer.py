@@ -25,6 +25,7 @@ from tests.single.layer_cases import (
     case_id,
     layer_cases,
 )
+from tests.weighting_check import stages_after_forward, weighting_problems
 
 LAYER_CASES = layer_cases(LAYER_RECIPES)
 
@@ -158,6 +159,34 @@ def test_a_layer_warmed_up_with_checks_off_computes_bad_routes_eagerly_and_captu
     assert torch.equal(out[keep].view(torch.int16), want[keep].view(torch.int16))
     checked.destroy()
     layer.destroy()
+
+
+@pytest.mark.contract("s5.weighting")
+@pytest.mark.parametrize(("recipe", "capacity"), LAYER_CASES,
+                         ids=[case_id(*c) for c in LAYER_CASES])
+def test_the_kernels_apply_the_score_where_the_flag_says(cuda_device, recipe, capacity) -> None:
+    """Issue 40 item 3 at kernel level, for every recipe and both GEMM kinds: the FC1 kernel's
+    ``act`` (or bf16 A2) of an early layer is the late layer's times the score
+    (``tests.weighting_check``), on live rows that carry exactly the caller's active scores;
+    the output alone cannot show it for ``fp8_mxfp4``. A layer ignoring the flag (late stages
+    reported as early, or early as late) is caught by the same check."""
+    w13, w2 = _weights(3)
+    x, ids, w = _routes(71, capacity, 0.25, cuda_device)
+    stages = {}
+    for late in (False, True):
+        cfg = LayerConfig(E, K, H, INTER, capacity, recipe=recipe, late_weighting=late)
+        layer = MoELayer(cfg, w13, w2, cuda_device)
+        stages[late] = stages_after_forward(layer, x, ids, w)
+        assert set(layer.last_paths.values()) == KERNEL_PATHS
+        layer.destroy()
+    active = w[ids >= 0].float().sort().values.cpu()
+    for s in stages.values():
+        assert s.live == active.numel() > 0
+        assert torch.equal(s.score.sort().values, active)
+    early, late = stages[False], stages[True]
+    assert weighting_problems(recipe, early, late) == []
+    assert weighting_problems(recipe, late, late), "a layer ignoring the flag passed"
+    assert weighting_problems(recipe, early, early), "a layer always weighting early passed"
 
 
 SANITIZER_REPLAY_STATES = ("dense-C", "sparse-holes", "all-masked", "last-capacity-row-only",
