@@ -8,7 +8,9 @@ time-sliced GPU is not NVLink). Each sample is the slowest rank's time (seed 001
 
 Cases: the gpt-oss-like shape (H = I = 2880, E = 128, K = 4; small enough that P ranks' EP1
 copies of every expert fit one H200) at T in {16, 256} per rank, ``uniform`` and ``skewed``
-routes from ``fixtures.scenarios``. Arms (bf16, early weighting):
+routes from ``fixtures.scenarios``; the builders read the shape from the case's name
+(``layer.SHAPES``), so the multi tier runs them at its own shape
+(``tests/multi/test_ep_bench.py``). Arms (bf16, early weighting):
 
 - candidate ``ep-layer``: ``MoELayer(..., world=world)`` with the rank's experts only;
 - baseline ``ep1-layer``: the EP1 layer with every expert on the same rows (bitwise the same
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from megamoe.bench.benchmarks.layer import GPT_OSS, _weights, _work
+from megamoe.bench.benchmarks.layer import GPT_OSS, _shape, _weights, _work
 from megamoe.bench.ep_world import current_world
 from megamoe.bench.registry import Arm, Benchmark, BuildContext, Case, Workload, register_benchmark
 
@@ -33,7 +35,7 @@ ROUTES = ("uniform", "skewed")
 def _inputs(case: Case, ctx: BuildContext):  # type: ignore[no-untyped-def]
     from fixtures.scenarios import make_scenario
 
-    s = GPT_OSS
+    s = _shape(case)
     state = make_scenario(case.scenario or "uniform", world_size=ctx.world_size,
                           capacity=case.shape["tokens"], top_k=s.top_k, num_experts=s.experts,
                           hidden_size=s.hidden, seed=case.seed, device=ctx.device)
@@ -43,7 +45,7 @@ def _inputs(case: Case, ctx: BuildContext):  # type: ignore[no-untyped-def]
 def _layer(case: Case, ctx: BuildContext, ep: bool):  # type: ignore[no-untyped-def]
     from megamoe.layer import LayerConfig, MoELayer
 
-    s = GPT_OSS
+    s = _shape(case)
     t = case.shape["tokens"]
     cfg = LayerConfig(s.experts, s.top_k, s.hidden, s.inter, t)
     w13, w2 = _weights(s, ctx.device)
@@ -59,7 +61,8 @@ def _build(ep: bool):  # type: ignore[no-untyped-def]
     def build(case: Case, ctx: BuildContext) -> Workload:
         layer = _layer(case, ctx, ep)
         x, ids, w = _inputs(case, ctx)
-        out = torch.empty(x.shape[0], GPT_OSS.hidden, dtype=torch.bfloat16, device=ctx.device)
+        out = torch.empty(x.shape[0], _shape(case).hidden, dtype=torch.bfloat16,
+                          device=ctx.device)
         layer.warmup(x, ids, w)
 
         def check() -> None:
