@@ -28,27 +28,39 @@ SLACK_S = 20.0
 the status word, and in the emulated world the time slices of the other processes."""
 
 
-@pytest.mark.contract("s7.bounded-waits")
-def test_a_peer_that_never_arrives_is_a_timeout_naming_rank_step_and_peer(world) -> None:
+def _warm_layer(world, seed: int):  # type: ignore[no-untyped-def]
+    """A world with the short timeout, our layer in it, and this rank's rows of the dense-C
+    state, after one healthy step (so a timeout is the absent peer's doing)."""
     shape = shape_of(world)
     short = short_timeout_world(world, TIMEOUT_S)
     layer = build_layer(OURS, config(shape), short, shape, world.device)
-    absent = world.size - 1
-    verdict = Verdict()
     state = make_scenario("dense-C", world_size=world.size, capacity=shape.capacity,
                           top_k=shape.top_k, num_experts=shape.experts,
-                          hidden_size=shape.hidden, seed=37)
+                          hidden_size=shape.hidden, seed=seed)
     x, ids, w = rank_inputs(state.ranks[world.rank], world.device)
-    layer.warmup(x, ids, w)  # a healthy step first: the timeout is the absent peer's doing
+    layer.warmup(x, ids, w)
+    return short, layer, (x, ids, w)
+
+
+def _timed_forward(layer, rows) -> tuple[CommTimeoutError | None, float]:  # type: ignore[no-untyped-def]
+    """The timeout a forward raised (None if it returned) and the seconds it took."""
+    t0 = time.monotonic()
+    try:
+        layer.forward(*rows)
+        raised = None
+    except CommTimeoutError as err:
+        raised = err
+    return raised, time.monotonic() - t0
+
+
+@pytest.mark.contract("s7.bounded-waits")
+def test_a_peer_that_never_arrives_is_a_timeout_naming_rank_step_and_peer(world) -> None:
+    short, layer, rows = _warm_layer(world, seed=37)
+    absent = world.size - 1
+    verdict = Verdict()
     world.barrier("before the missed step")
     if world.rank != absent or world.size == 1:
-        t0 = time.monotonic()
-        try:
-            layer.forward(x, ids, w)
-            raised = None
-        except CommTimeoutError as err:
-            raised = err
-        took = time.monotonic() - t0
+        raised, took = _timed_forward(layer, rows)
         if world.size == 1:
             verdict.check(world.rank, f"one rank has no peer to miss, got {raised!r}",
                           raised is None)
@@ -59,7 +71,7 @@ def test_a_peer_that_never_arrives_is_a_timeout_naming_rank_step_and_peer(world)
             verdict.check(world.rank, f"the timed-out forward took {took:.1f} s (timeout "
                           f"{TIMEOUT_S} s)", TIMEOUT_S * 0.9 <= took <= TIMEOUT_S + SLACK_S)
             try:
-                layer.forward(x, ids, w)
+                layer.forward(*rows)
                 verdict.check(world.rank, "a failed world ran another forward", False)
             except ConfigError as err:
                 verdict.check(world.rank, f"unclear refusal: {err}", "failed" in str(err))
@@ -83,32 +95,16 @@ def test_a_peer_that_arrives_after_the_others_timed_out_times_out_too(world) -> 
     rows their failed forward pushed: it times out at its next step ('dispatch', waiting for
     a rank that failed) instead of returning an output. One rank has no peer to be late for:
     its forward returns."""
-    shape = shape_of(world)
-    short = short_timeout_world(world, TIMEOUT_S)
-    layer = build_layer(OURS, config(shape), short, shape, world.device)
+    short, layer, rows = _warm_layer(world, seed=38)
     late = world.size - 1
     verdict = Verdict()
-    state = make_scenario("dense-C", world_size=world.size, capacity=shape.capacity,
-                          top_k=shape.top_k, num_experts=shape.experts,
-                          hidden_size=shape.hidden, seed=38)
-    x, ids, w = rank_inputs(state.ranks[world.rank], world.device)
-    layer.warmup(x, ids, w)
     world.barrier("before the missed step")
     if world.rank != late:
-        try:
-            layer.forward(x, ids, w)
-            verdict.check(world.rank, f"no timeout while rank {late} was absent", False)
-        except CommTimeoutError:
-            pass  # what that timeout must name is the test above's
+        raised, _ = _timed_forward(layer, rows)  # what that timeout must name is the test above's
+        verdict.check(world.rank, f"no timeout while rank {late} was absent", raised is not None)
     world.barrier("after the others timed out")
     if world.rank == late:
-        t0 = time.monotonic()
-        try:
-            layer.forward(x, ids, w)
-            raised = None
-        except CommTimeoutError as err:
-            raised = err
-        took = time.monotonic() - t0
+        raised, took = _timed_forward(layer, rows)
         if world.size == 1:
             verdict.check(world.rank, f"one rank has no peer to be late for, got {raised!r}",
                           raised is None)
