@@ -10,6 +10,10 @@ to ``.whl-spare/`` (the nvshmem wheel is not needed on one GPU) and writes
 binary needed on the device) and sets the same environment as the shared prelude. Safe to
 rerun: with no wheel left in ``.whl`` it only rewrites the prelude.
 
+``python -m devtools.pack_device_wheels --nvshmem`` does the same for nvshmem4py and the
+two packages it needs that the GPU image may lack, into ``.whl-nvshmem/site.tar.xz``
+(``pack_nvshmem``; ``devtools/nvshmem_device.sh`` unpacks it).
+
 Written here rather than using pip: pip installs a wheel but cannot repack one; the
 standard library's ``zipfile``, ``tarfile`` and ``lzma`` do the rest.
 """
@@ -45,25 +49,66 @@ export PYTHONUNBUFFERED=1
 """
 
 
-def wheel_to_tar_xz(wheel: Path, out: Path, preset: int = 6) -> int:
-    """Write every file of ``wheel`` into the xz tar ``out`` under its path in the wheel,
-    with its Unix mode (0644 when the zip holds none) and time; returns the file count.
-    Written to a ``.part`` file first, so an interrupted run leaves no truncated archive."""
+def wheel_to_tar_xz(wheel: Path | list[Path], out: Path, preset: int = 6) -> int:
+    """Write every file of ``wheel`` (or of each wheel of a list, into one site) into the xz
+    tar ``out`` under its path in the wheel, with its Unix mode (0644 when the zip holds
+    none) and time; returns the file count. Written to a ``.part`` file first, so an
+    interrupted run leaves no truncated archive."""
     part = out.with_name(out.name + ".part")
     count = 0
-    with zipfile.ZipFile(wheel) as zf, tarfile.open(part, "w:xz", preset=preset) as tf:
-        for info in zf.infolist():
-            if info.is_dir():
-                continue
-            data = zf.read(info)
-            member = tarfile.TarInfo(info.filename)
-            member.size = len(data)
-            member.mode = (info.external_attr >> 16) & 0o777 or 0o644
-            member.mtime = int(time.mktime((*info.date_time, 0, 0, -1)))
-            tf.addfile(member, io.BytesIO(data))
-            count += 1
+    with tarfile.open(part, "w:xz", preset=preset) as tf:
+        for one in wheel if isinstance(wheel, list) else [wheel]:
+            with zipfile.ZipFile(one) as zf:
+                for info in zf.infolist():
+                    if info.is_dir():
+                        continue
+                    data = zf.read(info)
+                    member = tarfile.TarInfo(info.filename)
+                    member.size = len(data)
+                    member.mode = (info.external_attr >> 16) & 0o777 or 0o644
+                    member.mtime = int(time.mktime((*info.date_time, 0, 0, -1)))
+                    tf.addfile(member, io.BytesIO(data))
+                    count += 1
     part.replace(out)
     return count
+
+
+NVSHMEM_DIR = ".whl-nvshmem"
+NVSHMEM_WHEELS = ("nvshmem4py-cu13==0.4.1", "cuda-core>=0.5.0,<0.6", "cuda-pathfinder>=1.2.3")
+"""nvshmem4py and the two packages it needs that the GPU image may lack (its other
+requirements, the NVSHMEM library, cuda-bindings and numpy, come with torch's CUDA build)."""
+
+
+NVSHMEM_PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64")
+"""Each tag named: pip (23.2) does not take an older manylinux tag for a newer one."""
+
+
+def pack_nvshmem(root: Path, download: bool = True) -> Path:
+    """``root/.whl-nvshmem/site.tar.xz``: the ``NVSHMEM_WHEELS`` for CPython 3.12 on x86-64
+    Linux (``pip download --no-deps``), as one site (about 13 MiB; for
+    ``devtools/nvshmem_device.sh``). The wheels are deleted once packed."""
+    folder = root / NVSHMEM_DIR
+    folder.mkdir(exist_ok=True)
+    if download:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                        "--python-version", "3.12",
+                        *(a for tag in NVSHMEM_PLATFORMS for a in ("--platform", tag)),
+                        "-d", str(folder), *NVSHMEM_WHEELS], check=True)
+    wheels = sorted(folder.glob("*.whl"))
+    if not wheels:
+        raise SystemExit(f"no wheel in {folder}")
+    archive = folder / ARCHIVE
+    n = wheel_to_tar_xz(wheels, archive)
+    print(f"{', '.join(w.name for w in wheels)}: {n} files -> {archive} "
+          f"({archive.stat().st_size >> 20} MiB)")
+    for wheel in wheels:
+        wheel.unlink()
+    exclude = root / ".git" / "info" / "exclude"
+    if exclude.parent.is_dir():
+        lines = exclude.read_text().splitlines() if exclude.is_file() else []
+        if f"/{NVSHMEM_DIR}/" not in lines:
+            exclude.write_text("\n".join([*lines, f"/{NVSHMEM_DIR}/"]) + "\n")
+    return archive
 
 
 def pack(root: Path) -> Path:
@@ -95,9 +140,14 @@ def pack(root: Path) -> Path:
 
 
 def main() -> int:
-    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
-                         text=True, check=True).stdout.strip()
-    pack(Path(top))
+    top = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
+                              text=True, check=True).stdout.strip())
+    if sys.argv[1:] == ["--nvshmem"]:
+        pack_nvshmem(top)
+    elif sys.argv[1:]:
+        raise SystemExit("usage: python -m devtools.pack_device_wheels [--nvshmem]")
+    else:
+        pack(top)
     return 0
 
 

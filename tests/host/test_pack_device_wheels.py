@@ -112,3 +112,24 @@ def test_the_check_catches_a_dropped_exec_bit(tmp_path):
         tf.extractall(tmp_path / "site", members=members, filter="tar")
     assert any(d.startswith("mode of nvidia_cutlass_dsl/bin/tool") for d in
                differences(tmp_path / "site", FILES))
+
+
+def test_the_nvshmem_site_holds_every_wheel_and_the_wheels_go(tmp_path):
+    """``--nvshmem``: the wheels of ``.whl-nvshmem`` become one site (each file, content and
+    mode), the wheels are deleted and the folder is excluded from git."""
+    root = tmp_path / "repo"
+    folder = root / pdw.NVSHMEM_DIR
+    folder.mkdir(parents=True)
+    (root / ".git" / "info").mkdir(parents=True)
+    parts = [{"nvshmem/core/__init__.py": (b"X = 1\n", 0o644),
+              "nvshmem/lib/libnv.so": (bytes(range(256)), 0o755)},
+             {"cuda/core/__init__.py": (b"", 0o644)}]
+    for i, files in enumerate(parts):
+        make_wheel(folder / f"w{i}-1.0-py3-none-any.whl", files)
+    archive = pdw.pack_nvshmem(root, download=False)
+    assert sorted(p.name for p in folder.iterdir()) == [pdw.ARCHIVE]
+    site = tmp_path / "site"
+    with tarfile.open(archive) as tf:
+        tf.extractall(site, filter="tar")
+    assert differences(site, {**parts[0], **parts[1]}) == []
+    assert f"/{pdw.NVSHMEM_DIR}/" in (root / ".git" / "info" / "exclude").read_text()
