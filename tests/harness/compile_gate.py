@@ -18,11 +18,15 @@ from ``megamoe.kernel_registry.load_all()`` plus the sanitizer self-test kernels
 gate proves something before any production kernel exists).
 
 Run as ``python -m tests.harness.compile_gate DUMP_DIR``: one JSON line per
-kernel on stdout. ``run_gate`` does that in a fresh interpreter.
+kernel on stdout, with a digest of its machine code (``code_digest``). ``run_gate`` does
+that in a fresh interpreter. ``python -m tests.harness.compile_gate --compare A B`` reads
+two such outputs and names every kernel whose machine code differs: a refactor that must
+leave the bits unchanged can show it on the CPU, before any GPU run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -56,6 +60,10 @@ class GateResult:
     pdl: tuple[str, ...] = ()
     """Violations of the PDL rule in ``ptx`` (``tests.harness.pdl_ptx``); the gate test
     requires none for megamoe's kernels (the sanitizer self-test kernels do not keep it)."""
+    code: str = ""
+    """``code_digest`` of the kernel's cubins (in name order): equal digests mean the same
+    machine code, so a refactor of a kernel's source can be shown to leave its bits
+    unchanged without a GPU (``python -m tests.harness.compile_gate --compare A B``)."""
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -109,6 +117,23 @@ def _sections(data: bytes) -> Iterator[tuple[str, bytes]]:
         name, offset, size = header(i)
         end = data.index(b"\0", strtab + name)
         yield data[strtab + name:end].decode(), data[offset:offset + size]
+
+
+CODE_SECTIONS = (".text", ".nv.info", ".nv.constant", ".nv.shared", ".nv.global", ".nv.callgraph")
+"""Section name prefixes that ``code_digest`` reads: the instructions, the kernel attributes
+(registers, parameter layout, barriers), constants and memory; not the symbol and string
+tables or debug information, which carry source positions."""
+
+
+def code_digest(cubins: list[bytes]) -> str:
+    """SHA-256 over the ``CODE_SECTIONS`` of ``cubins`` (each section's name and contents, in
+    section order, cubin after cubin)."""
+    h = hashlib.sha256()
+    for data in cubins:
+        for name, body in _sections(data):
+            if name.startswith(CODE_SECTIONS):
+                h.update(name.encode() + b"\0" + len(body).to_bytes(8, "little") + body)
+    return h.hexdigest()
 
 
 def cubin_registers(data: bytes) -> list[int]:
@@ -198,10 +223,12 @@ def compile_one(name: str, build: Callable[[], object], dump_dir: Path,
                 reached = bool(lowered)
     except Exception as exc:  # the hook itself could not be installed
         return GateResult(name, False, f"gate could not hook the DSL: {exc!r}")
-    result = judge_cubins(name, sorted(dump_dir.glob("*.cubin")), reached)
+    cubins = sorted(dump_dir.glob("*.cubin"))
+    result = judge_cubins(name, cubins, reached)
     ptx = sorted(dump_dir.glob("*.ptx"))
     pdl = [v for p in ptx for v in pdl_violations(p.read_text(errors="replace"))]
-    return replace(result, ptx=tuple(p.name for p in ptx), pdl=tuple(pdl))
+    code = code_digest([p.read_bytes() for p in cubins]) if result.ok else ""
+    return replace(result, ptx=tuple(p.name for p in ptx), pdl=tuple(pdl), code=code)
 
 
 def gate_builders() -> dict[str, Callable[[], object]]:
@@ -227,14 +254,39 @@ def run_gate(python: str, root: Path, dump_dir: Path, timeout_s: float = 900) ->
         if line.startswith("{"):
             d = json.loads(line)
             results.append(GateResult(d["name"], d["ok"], d["reason"], tuple(d["cubins"]),
-                                      tuple(d["ptx"]), tuple(d["pdl"])))
+                                      tuple(d["ptx"]), tuple(d["pdl"]), d.get("code", "")))
     if proc.returncode not in (0, 1) or not results:
         results.append(GateResult("<gate process>", False,
                                   f"exit {proc.returncode}: {proc.stderr[-3000:]}"))
     return results
 
 
+def code_changes(before: list[dict], after: list[dict]) -> list[str]:  # type: ignore[type-arg]
+    """Kernels whose machine code differs between two gate runs (their JSON lines), or that
+    only one run compiled, one line each."""
+    a = {d["name"]: d.get("code", "") for d in before}
+    b = {d["name"]: d.get("code", "") for d in after}
+    out = [f"{n}: only in the first run" for n in sorted(a.keys() - b.keys())]
+    out += [f"{n}: only in the second run" for n in sorted(b.keys() - a.keys())]
+    out += [f"{n}: no machine code to compare" for n in sorted(a.keys() & b.keys())
+            if not a[n] or not b[n]]
+    out += [f"{n}: machine code differs" for n in sorted(a.keys() & b.keys())
+            if a[n] and b[n] and a[n] != b[n]]
+    return out
+
+
+def _json_lines(path: str) -> list[dict]:  # type: ignore[type-arg]
+    return [json.loads(line) for line in Path(path).read_text().splitlines()
+            if line.startswith("{")]
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--compare"]:
+        if len(argv) != 3:
+            raise SystemExit("usage: python -m tests.harness.compile_gate --compare A.jsonl B.jsonl")
+        changes = code_changes(_json_lines(argv[1]), _json_lines(argv[2]))
+        print("\n".join(changes) or "the same machine code for every kernel")
+        return 1 if changes else 0
     dump_dir = Path(argv[0]).resolve()
     dump_dir.mkdir(parents=True, exist_ok=True)
     env = gate_environment(dump_dir)

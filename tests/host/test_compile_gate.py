@@ -20,6 +20,8 @@ from tests.harness.compile_gate import (
     EM_CUDA,
     GATE_SM,
     LoweredOffline,
+    code_changes,
+    code_digest,
     compile_one,
     cubin_sm,
     judge_cubins,
@@ -111,6 +113,56 @@ def test_gate_passes_a_build_that_lowered_to_sm90(tmp_path: Path) -> None:
 
     assert compile_one("good", good, tmp_path, hook=_counting_hook).ok
 
+
+
+def _elf(sections: dict[str, bytes]) -> bytes:
+    """A little-endian ELF64 CUDA file holding ``sections`` (and its section name table)."""
+    names = ["", *sections, ".shstrtab"]
+    shstrtab = b"".join(n.encode() + b"\0" for n in names)
+    bodies = [b"", *sections.values(), shstrtab]
+    data = bytearray(_fake_cubin(90))
+    offsets = []
+    for body in bodies:
+        offsets.append(len(data))
+        data += body
+    shoff = len(data)
+    name_at = 0
+    for body, off, name in zip(bodies, offsets, names, strict=True):
+        data += struct.pack("<IIQQQQIIQQ", name_at, 1, 0, 0, off, len(body), 0, 0, 1, 0)
+        name_at += len(name) + 1
+    struct.pack_into("<Q", data, 0x28, shoff)
+    struct.pack_into("<HHH", data, 0x3A, 64, len(bodies), len(bodies) - 1)
+    return bytes(data)
+
+
+def test_the_code_digest_reads_machine_code_not_debug_information() -> None:
+    """Planted changes: an instruction byte or a kernel attribute moves the digest; a debug
+    section (source positions) does not."""
+    base = {".text.k": bytes(range(64)), ".nv.info.k": b"\x04\x2f\x08\x00" + bytes(8),
+            ".debug_frame": b"line 10"}
+    digest = code_digest([_elf(base)])
+    assert code_digest([_elf({**base, ".debug_frame": b"line 99"})]) == digest
+    assert code_digest([_elf({**base, ".text.k": bytes(range(1, 65))})]) != digest
+    assert code_digest([_elf({**base, ".nv.info.k": b"\x04\x2f\x08\x00" + bytes(7) + b"1"})]) != digest
+    assert code_digest([_elf(base), _elf(base)]) != digest  # a second cubin counts
+
+
+def test_every_compiled_kernel_has_a_code_digest_that_tells_kernels_apart(gate_results) -> None:
+    ok = [r for r in gate_results if r.ok]
+    assert ok and all(len(r.code) == 64 for r in ok)
+    by_name = {r.name: r.code for r in ok}
+    # two configurations of one kernel (top-k 8 / int64 ids vs top-k 1 / int32 ids)
+    assert by_name["route_stage_k8_i64_bf16"] != by_name["route_stage_k1_i32_f64"]
+
+
+def test_code_changes_names_every_kernel_that_differs_or_is_missing() -> None:
+    before = [{"name": "a", "code": "1"}, {"name": "b", "code": "2"}, {"name": "c", "code": "3"}]
+    after = [{"name": "a", "code": "1"}, {"name": "b", "code": "9"}, {"name": "d", "code": "4"}]
+    assert code_changes(before, after) == ["c: only in the first run", "d: only in the second run",
+                                           "b: machine code differs"]
+    assert code_changes(before, before) == []
+    assert code_changes([{"name": "a", "code": ""}], [{"name": "a", "code": ""}]) == [
+        "a: no machine code to compare"]
 
 class _counting_hook:
     """A stand-in for ``stop_after_lowering`` that needs no CuTe DSL."""
