@@ -49,6 +49,15 @@ export PYTHONUNBUFFERED=1
 """
 
 
+def exclude_from_git(root: Path, folder: str) -> None:
+    """List ``/folder/`` in the checkout's ``.git/info/exclude`` (once; no-op outside git)."""
+    exclude = root / ".git" / "info" / "exclude"
+    if exclude.parent.is_dir():
+        lines = exclude.read_text().splitlines() if exclude.is_file() else []
+        if f"/{folder}/" not in lines:
+            exclude.write_text("\n".join([*lines, f"/{folder}/"]) + "\n")
+
+
 def wheel_to_tar_xz(wheel: Path | list[Path], out: Path, preset: int = 6) -> int:
     """Write every file of ``wheel`` (or of each wheel of a list, into one site) into the xz
     tar ``out`` under its path in the wheel, with its Unix mode (0644 when the zip holds
@@ -103,11 +112,7 @@ def pack_nvshmem(root: Path, download: bool = True) -> Path:
           f"({archive.stat().st_size >> 20} MiB)")
     for wheel in wheels:
         wheel.unlink()
-    exclude = root / ".git" / "info" / "exclude"
-    if exclude.parent.is_dir():
-        lines = exclude.read_text().splitlines() if exclude.is_file() else []
-        if f"/{NVSHMEM_DIR}/" not in lines:
-            exclude.write_text("\n".join([*lines, f"/{NVSHMEM_DIR}/"]) + "\n")
+    exclude_from_git(root, NVSHMEM_DIR)
     return archive
 
 
@@ -131,11 +136,7 @@ def pack(root: Path) -> Path:
     prelude = whl / "prelude.sh"
     prelude.unlink(missing_ok=True)  # the shared copy is read-only
     prelude.write_text(PRELUDE)
-    exclude = root / ".git" / "info" / "exclude"
-    if exclude.parent.is_dir():
-        lines = exclude.read_text().splitlines() if exclude.is_file() else []
-        if f"/{SPARE}/" not in lines:
-            exclude.write_text("\n".join([*lines, f"/{SPARE}/"]) + "\n")
+    exclude_from_git(root, SPARE)
     return archive
 
 
