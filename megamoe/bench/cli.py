@@ -61,7 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def protocol_from_args(args: argparse.Namespace) -> Protocol:
+def protocol_from_args(args: argparse.Namespace, graph: bool = True) -> Protocol:
+    """The protocol the options ask for; ``graph`` False (a benchmark whose arms cannot be
+    captured) times eager loops."""
     base = QUICK if args.quick else FULL
     changes: dict[str, object] = {
         k: v
@@ -74,7 +76,7 @@ def protocol_from_args(args: argparse.Namespace) -> Protocol:
         }.items()
         if v is not None
     }
-    if args.no_graph or args.device == "cpu":
+    if args.no_graph or args.device == "cpu" or not graph:
         changes["graph"] = False
     if args.no_control:
         changes["aa_control"] = False
@@ -146,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    protocol = protocol_from_args(args)
+    protocol = protocol_from_args(args, graph=bench.graph)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.emulated_ranks is None
     world = None
     index = None

@@ -126,6 +126,9 @@ class Benchmark:
     candidate: Arm
     baselines: tuple[Arm, ...] = ()
     ceilings: tuple[str, ...] = CEILING_NAMES
+    graph: bool = True
+    """False when an arm cannot be captured in a CUDA graph (host syncs, host collectives):
+    every run of the benchmark then times eager loops, as ``--no-graph`` does."""
 
     def __post_init__(self) -> None:
         if not self.name or any(c.isspace() for c in self.name):

@@ -205,3 +205,15 @@ def test_staging_benchmark_declares_the_issue_grid() -> None:
             for t in (1, 4, 16, 128, 1024, 4096, 16384):
                 for k in (4, 8):
                     assert (f, h, t, k) in shapes
+
+
+def test_a_benchmark_whose_arms_cannot_be_captured_times_eager_loops() -> None:
+    """``Benchmark.graph`` False (``ep_layer_torch``: its baseline reads split sizes on the
+    host) turns the protocol's CUDA graphs off, as ``--no-graph`` does; the others keep them."""
+    import megamoe.bench.benchmarks.ep_layer  # noqa: F401  (registers both)
+
+    args = cli._parser().parse_args(["ep_layer_torch", "--device", "cuda"])
+    eager, graphed = get_benchmark("ep_layer_torch"), get_benchmark("ep_layer")
+    assert eager.graph is False and graphed.graph is True
+    assert cli.protocol_from_args(args, graph=eager.graph).graph is False
+    assert cli.protocol_from_args(args, graph=graphed.graph).graph is True

@@ -1,6 +1,8 @@
-"""The ``ep_layer`` benchmark's arms in the tier's world (issue 37 item 7), at the tier's shape:
-the EP arm's timed call gives the EP1 arm's rows bit for bit, its pre-timing check passes,
-and that check fails when the arms read different weights (a planted bug), on every rank."""
+"""The EP benchmarks' arms in the tier's world, at the tier's shape: ``ep_layer``'s EP arm
+(issue 37 item 7) gives the EP1 arm's rows bit for bit; ``ep_layer_torch``'s stock-PyTorch EP
+baseline (issue 38) meets EP1 within docs/contract.md s8 on every live row; each arm's
+pre-timing check passes, and fails when the arm and its reference read different weights (a
+planted bug), on every rank."""
 
 from __future__ import annotations
 
@@ -47,10 +49,26 @@ def test_the_ep_arm_gives_the_ep1_arms_rows(world, tiny_case) -> None:  # type: 
     verdict.assert_clean(world)
 
 
-def test_the_ep_arms_check_catches_arms_that_read_different_weights(
-        world, tiny_case, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Planted bug: each call of the weights gives new ones, so the EP arm's layer and the
-    EP1 reference of its check hold different experts."""
+def test_the_stock_pytorch_ep_arm_meets_ep1_within_the_row_bound(world, tiny_case) -> None:  # type: ignore[no-untyped-def]
+    verdict = Verdict()
+    torch_ep = eb.EP_LAYER_TORCH.baselines[0].build(tiny_case, _ctx(world))
+    ep1 = eb.EP_LAYER.baselines[0].build(tiny_case, _ctx(world))
+    try:
+        torch_ep.check()
+    except AssertionError as e:
+        verdict.check(world.rank, f"the stock-PyTorch arm's check failed: {e}", False)
+    got = torch_ep.fn()
+    _, ids, _ = eb._inputs(tiny_case, _ctx(world))
+    verdict.judge(world.rank, "stock-PyTorch EP vs EP1", got, ep1.fn(), ids, "bf16")
+    verdict.check(world.rank, "no live row", got.shape[0] == 12)
+    verdict.assert_clean(world)
+
+
+@pytest.mark.parametrize("arm", ["ep-layer", "torch-ep-layer"])
+def test_each_arms_check_catches_an_arm_that_reads_other_weights(
+        world, tiny_case, monkeypatch, arm) -> None:  # type: ignore[no-untyped-def]
+    """Planted bug: each call of the weights gives new ones, so the arm's layer and the EP1
+    reference of its check hold different experts."""
     real = lb._weights
     calls = []
 
@@ -60,10 +78,12 @@ def test_the_ep_arms_check_catches_arms_that_read_different_weights(
         return w13 * (1 + len(calls) / 8), w2
 
     monkeypatch.setattr(eb, "_weights", drifting)
-    ep = eb.EP_LAYER.candidate.build(tiny_case, _ctx(world))
+    build = {"ep-layer": eb.EP_LAYER.candidate,
+             "torch-ep-layer": eb.EP_LAYER_TORCH.baselines[0]}[arm].build
+    work = build(tiny_case, _ctx(world))
     caught = False
     try:
-        ep.check()
+        work.check()
     except AssertionError:
         caught = True
     verdict = Verdict()

@@ -18,6 +18,12 @@ routes from ``fixtures.scenarios``; the builders read the shape from the case's 
 
 Both declare the weight bytes their rows touch (``layer._work``), so the ceiling line says
 what fraction of the copy bandwidth each reaches; the ratio of the two arms is the overhead.
+
+``ep_layer_torch`` (issue 38): the same cases, the EP layer against a stock-PyTorch EP layer
+(``megamoe.bench.torch_ep``: all-to-alls plus ``torch._grouped_mm``; its check: every live
+row within docs/contract.md s8 of EP1's). Its baseline reads split sizes on the host, so
+the benchmark times eager loops (``Benchmark.graph``). Meaningful on a real world (NCCL);
+in an emulated world the baseline's exchange goes through host memory over gloo.
 """
 
 from __future__ import annotations
@@ -79,19 +85,62 @@ def _build(ep: bool):  # type: ignore[no-untyped-def]
     return build
 
 
+def build_torch_ep(case: Case, ctx: BuildContext) -> Workload:
+    """The stock-PyTorch EP layer of this rank (``megamoe.bench.torch_ep``), warmed up; its
+    check: every live row within docs/contract.md s8 of EP1's (not bitwise: other GEMMs)."""
+    from megamoe.bench.torch_ep import TorchEpLayer
+    from oracle.compare import compare_rows
+
+    s = _shape(case)
+    world = current_world()
+    e_l = s.experts // world.size
+    lo = world.rank * e_l
+    w13, w2 = _weights(s, ctx.device)
+    layer = TorchEpLayer(w13[lo : lo + e_l], w2[lo : lo + e_l], world)
+    x, ids, w = _inputs(case, ctx)
+    layer.forward(x, ids, w)
+
+    def check() -> None:
+        ref = _layer(case, ctx, ep=False)
+        want = ref.warmup(x, ids, w)
+        got = layer.forward(x, ids, w)
+        ref.destroy()
+        report = compare_rows(got, want, ids, "bf16", rank=world.rank)
+        if report.problems:
+            raise AssertionError(f"{case.name}: the stock-PyTorch EP layer misses EP1: "
+                                 f"{report.problems[:4]}")
+
+    return Workload(lambda: layer.forward(x, ids, w), check=check,
+                    **_work(case, ids))  # type: ignore[arg-type]
+
+
+CASES = tuple(
+    Case(f"gptoss-{r}-T{t}", {"tokens": t, "hidden": GPT_OSS.hidden, "inter": GPT_OSS.inter,
+                              "experts": GPT_OSS.experts, "top_k": GPT_OSS.top_k},
+         scenario=r, seed=17, quick=t == 16, calls_per_sample=10)
+    for r in ROUTES for t in TOKENS
+)
+"""The gpt-oss-like shape at T = 16 and 256 per rank, uniform and skewed routes."""
+
 EP_LAYER = register_benchmark(
     Benchmark(
         name="ep_layer",
         description="the EP layer (P ranks under torchrun) vs EP1 on the same rows: overhead",
-        cases=tuple(
-            Case(f"gptoss-{r}-T{t}", {"tokens": t, "hidden": GPT_OSS.hidden,
-                                      "inter": GPT_OSS.inter, "experts": GPT_OSS.experts,
-                                      "top_k": GPT_OSS.top_k},
-                 scenario=r, seed=17, quick=t == 16, calls_per_sample=10)
-            for r in ROUTES for t in TOKENS
-        ),
+        cases=CASES,
         candidate=Arm("ep-layer", _build(ep=True)),
         baselines=(Arm("ep1-layer", _build(ep=False)),),
         ceilings=("copy_bw",),
+    )
+)
+
+EP_LAYER_TORCH = register_benchmark(
+    Benchmark(
+        name="ep_layer_torch",
+        description="the EP layer vs a stock-PyTorch EP layer (all_to_all + _grouped_mm), eager",
+        cases=CASES,
+        candidate=Arm("ep-layer", _build(ep=True)),
+        baselines=(Arm("torch-ep-layer", build_torch_ep),),
+        ceilings=("copy_bw",),
+        graph=False,
     )
 )
