@@ -48,19 +48,33 @@ def _inputs(case: Case, ctx: BuildContext):  # type: ignore[no-untyped-def]
     return state.ranks[ctx.rank].live()
 
 
+def _local_weights(case: Case, ctx: BuildContext):  # type: ignore[no-untyped-def]
+    """This rank's experts ``[r * E/P, (r + 1) * E/P)`` of the shared weights, and the world."""
+    s = _shape(case)
+    world = current_world()
+    e_l = s.experts // world.size
+    lo = world.rank * e_l
+    w13, w2 = _weights(s, ctx.device)
+    return w13[lo : lo + e_l], w2[lo : lo + e_l], world
+
+
 def _layer(case: Case, ctx: BuildContext, ep: bool):  # type: ignore[no-untyped-def]
     from megamoe.layer import LayerConfig, MoELayer
 
     s = _shape(case)
-    t = case.shape["tokens"]
-    cfg = LayerConfig(s.experts, s.top_k, s.hidden, s.inter, t)
-    w13, w2 = _weights(s, ctx.device)
+    cfg = LayerConfig(s.experts, s.top_k, s.hidden, s.inter, case.shape["tokens"])
     if not ep:
-        return MoELayer(cfg, w13, w2, ctx.device)
-    world = current_world()
-    e_l = s.experts // world.size
-    lo = world.rank * e_l
-    return MoELayer(cfg, w13[lo : lo + e_l], w2[lo : lo + e_l], world=world)
+        return MoELayer(cfg, *_weights(s, ctx.device), ctx.device)
+    w13, w2, world = _local_weights(case, ctx)
+    return MoELayer(cfg, w13, w2, world=world)
+
+
+def _ep1_output(case: Case, ctx: BuildContext, x, ids, w) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """EP1's rows for this rank's inputs (a layer with every expert, built and destroyed)."""
+    ref = _layer(case, ctx, ep=False)
+    want = ref.warmup(x, ids, w)
+    ref.destroy()
+    return want
 
 
 def _build(ep: bool):  # type: ignore[no-untyped-def]
@@ -72,10 +86,8 @@ def _build(ep: bool):  # type: ignore[no-untyped-def]
         layer.warmup(x, ids, w)
 
         def check() -> None:
-            ref = _layer(case, ctx, ep=False)
-            want = ref.warmup(x, ids, w)
+            want = _ep1_output(case, ctx, x, ids, w)
             got = layer.forward(x, ids, w)
-            ref.destroy()
             if not torch.equal(got.view(torch.int16), want.view(torch.int16)):
                 raise AssertionError(f"{case.name}: the EP layer's rows differ from EP1's")
 
@@ -91,20 +103,14 @@ def build_torch_ep(case: Case, ctx: BuildContext) -> Workload:
     from megamoe.bench.torch_ep import TorchEpLayer
     from oracle.compare import compare_rows
 
-    s = _shape(case)
-    world = current_world()
-    e_l = s.experts // world.size
-    lo = world.rank * e_l
-    w13, w2 = _weights(s, ctx.device)
-    layer = TorchEpLayer(w13[lo : lo + e_l], w2[lo : lo + e_l], world)
+    w13, w2, world = _local_weights(case, ctx)
+    layer = TorchEpLayer(w13, w2, world)
     x, ids, w = _inputs(case, ctx)
     layer.forward(x, ids, w)
 
     def check() -> None:
-        ref = _layer(case, ctx, ep=False)
-        want = ref.warmup(x, ids, w)
+        want = _ep1_output(case, ctx, x, ids, w)
         got = layer.forward(x, ids, w)
-        ref.destroy()
         report = compare_rows(got, want, ids, "bf16", rank=world.rank)
         if report.problems:
             raise AssertionError(f"{case.name}: the stock-PyTorch EP layer misses EP1: "
