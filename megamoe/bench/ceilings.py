@@ -4,6 +4,12 @@
 - ``bf16_mm``: a large bf16 matrix product (``torch.mm``); FLOP/s with 2*M*N*K FLOPs.
 - ``fp8_mm``: the same with e4m3 operands through ``torch._scaled_mm`` (bf16 out),
   recorded as unavailable (with the reason) where the build or device lacks it.
+- ``peer_copy_bw`` (EP worlds, ``megamoe.bench.ep_world``): every rank copies one large
+  buffer, cut in ``P`` equal chunks, into the ranks' copies of a symmetric buffer (chunk
+  ``d`` to rank ``d``, the peers first and itself last: the traffic pattern of an
+  all-to-all), all ranks at once; bytes sent per second per rank. Outside an EP world it is
+  recorded as unavailable. In an emulated world the "peers" share one GPU, so the value
+  is a local copy rate, not a link's.
 
 Inputs are random, never zeros (zeros can run faster than real data).
 """
@@ -20,7 +26,7 @@ import torch
 from megamoe.bench.measure import Measurer
 from megamoe.bench.registry import CEILING_NAMES, BuildContext, Workload
 
-UNITS = {"copy_bw": "B/s", "bf16_mm": "FLOP/s", "fp8_mm": "FLOP/s"}
+UNITS = {"copy_bw": "B/s", "bf16_mm": "FLOP/s", "fp8_mm": "FLOP/s", "peer_copy_bw": "B/s"}
 
 
 COPY_CEILING_BYTES = 256 * 2**20
@@ -80,18 +86,46 @@ def _fp8_mm(sizes: CeilingSizes, ctx: BuildContext) -> Workload:
     return Workload(fn, flops=2 * n**3, ceiling="fp8_mm")
 
 
+_PEER_BUFFERS: dict[tuple[int, int], object] = {}
+"""One symmetric buffer per (world, size) for the life of the process: allocation is
+collective, and the ceiling is measured once per run."""
+
+
+def _peer_copy(sizes: CeilingSizes, ctx: BuildContext) -> Workload:
+    from megamoe.bench.ep_world import current_world
+
+    world = current_world()
+    p, r = world.size, world.rank
+    chunk = sizes.copy_bytes // p // 16 * 16
+    key = (id(world), chunk * p)
+    if key not in _PEER_BUFFERS:
+        _PEER_BUFFERS[key] = world.allocate(chunk * p)
+    buf = _PEER_BUFFERS[key]
+    src = torch.randint(0, 256, (chunk * p,), generator=ctx.generator(), device=ctx.device,
+                        dtype=torch.uint8)
+    pairs = [(buf.peer(d)[r * chunk : (r + 1) * chunk], src[d * chunk : (d + 1) * chunk])  # type: ignore[attr-defined]
+             for d in ((r + i) % p for i in range(1, p + 1))]
+
+    def fn() -> None:
+        for dst, part in pairs:
+            dst.copy_(part)
+
+    return Workload(fn, bytes_sent=chunk * p, ceiling="peer_copy_bw")
+
+
 CeilingBuilder = Callable[[CeilingSizes, BuildContext], Workload]
 
 CEILING_BUILDERS: Mapping[str, CeilingBuilder] = {
     "copy_bw": _copy,
     "bf16_mm": _bf16_mm,
     "fp8_mm": _fp8_mm,
+    "peer_copy_bw": _peer_copy,
 }
 assert tuple(CEILING_BUILDERS) == CEILING_NAMES
 
 
 def _shape(name: str, sizes: CeilingSizes) -> dict[str, int]:
-    if name == "copy_bw":
+    if name in ("copy_bw", "peer_copy_bw"):
         return {"bytes": sizes.copy_bytes}
     return {"m": sizes.mm_size, "n": sizes.mm_size, "k": sizes.mm_size}
 
@@ -114,7 +148,7 @@ def measure_ceiling(
         return {**entry, "available": False, "reason": f"{type(e).__name__}: {e}"}
     times = measurer.local_series(unit, samples)
     measurer.backend.release()
-    work = workload.bytes_moved if name == "copy_bw" else workload.flops
+    work = workload.work()
     median = statistics.median(times)
     return {
         **entry,

@@ -26,8 +26,14 @@ import torch
 
 from megamoe.bench.protocol import CACHE_MODES
 
-CEILING_NAMES = ("copy_bw", "bf16_mm", "fp8_mm")
-"""Ceilings the harness can measure (see ``megamoe.bench.ceilings``)."""
+DEVICE_CEILINGS = ("copy_bw", "bf16_mm", "fp8_mm")
+"""Ceilings of one device (every rank measures its own; a benchmark's default)."""
+CEILING_NAMES = (*DEVICE_CEILINGS, "peer_copy_bw")
+"""Ceilings the harness can measure (see ``megamoe.bench.ceilings``); ``peer_copy_bw`` needs
+an EP world (``megamoe.bench.ep_world``)."""
+CEILING_WORK = {"copy_bw": "bytes_moved", "peer_copy_bw": "bytes_sent", "bf16_mm": "flops",
+                "fp8_mm": "flops"}
+"""The ``Workload`` field each ceiling's rate divides: achieved = work / time."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,8 @@ class Workload:
     """The function to time on one rank, and the work it must do per call.
 
     ``bytes_moved``: fewest bytes through device memory per call (reads plus
-    writes). ``flops``: arithmetic per call. ``ceiling``: which measured
+    writes). ``flops``: arithmetic per call. ``bytes_sent``: bytes this rank writes into
+    the ranks' receive buffers per call, its own included (exchange arms). ``ceiling``: which measured
     ceiling the achieved rate is compared with (one of ``CEILING_NAMES``),
     or None. ``check``: run once after warmup and before capture (untimed);
     it raises when the warmed-up output is wrong, so nothing wrong is timed.
@@ -91,14 +98,19 @@ class Workload:
     flops: int = 0
     ceiling: str | None = None
     check: Callable[[], None] | None = None
+    bytes_sent: int = 0
 
     def __post_init__(self) -> None:
         if self.ceiling is not None and self.ceiling not in CEILING_NAMES:
             raise ValueError(f"ceiling: expected one of {CEILING_NAMES} or None, got {self.ceiling!r}")
-        if self.ceiling == "copy_bw" and self.bytes_moved <= 0:
-            raise ValueError("bytes_moved: expected > 0 for a workload compared with copy_bw")
-        if self.ceiling in ("bf16_mm", "fp8_mm") and self.flops <= 0:
-            raise ValueError(f"flops: expected > 0 for a workload compared with {self.ceiling}")
+        if self.ceiling is not None and self.work() <= 0:
+            field_name = CEILING_WORK[self.ceiling]
+            raise ValueError(f"{field_name}: expected > 0 for a workload compared with "
+                             f"{self.ceiling}")
+
+    def work(self) -> int:
+        """The work its ceiling's rate counts (``CEILING_WORK``); 0 without a ceiling."""
+        return 0 if self.ceiling is None else int(getattr(self, CEILING_WORK[self.ceiling]))
 
 
 Builder = Callable[[Case, BuildContext], Workload]
@@ -125,7 +137,7 @@ class Benchmark:
     cases: tuple[Case, ...]
     candidate: Arm
     baselines: tuple[Arm, ...] = ()
-    ceilings: tuple[str, ...] = CEILING_NAMES
+    ceilings: tuple[str, ...] = DEVICE_CEILINGS
     graph: bool = True
     """False when an arm cannot be captured in a CUDA graph (host syncs, host collectives):
     every run of the benchmark then times eager loops, as ``--no-graph`` does."""

@@ -29,7 +29,7 @@ from megamoe.bench.environment import collect_environment
 from megamoe.bench.measure import Measurer, RoundData
 from megamoe.bench.protocol import Protocol
 from megamoe.bench.ranks import RankGroup
-from megamoe.bench.registry import Arm, Benchmark, BuildContext, Case, Workload
+from megamoe.bench.registry import CEILING_WORK, Arm, Benchmark, BuildContext, Case, Workload
 from megamoe.bench.stats import judge, median_ci, median_gain, noise_floor, pair_gains, summarize
 
 SCHEMA = "megamoe.bench/1"
@@ -118,6 +118,7 @@ def _arm_info(workloads: Sequence[Workload]) -> dict[str, Any]:
     w = workloads[0]
     return {
         "bytes_moved": statistics.mean(x.bytes_moved for x in workloads),
+        "bytes_sent": statistics.mean(x.bytes_sent for x in workloads),
         "flops": statistics.mean(x.flops for x in workloads),
         "ceiling": w.ceiling,
     }
@@ -139,7 +140,7 @@ def _achieved(
         ceiling = info["ceiling"]
         if ceiling is None or name not in pooled:
             continue
-        work = info["bytes_moved"] if ceiling == "copy_bw" else info["flops"]
+        work = info[CEILING_WORK[ceiling]]
         value = work / statistics.median(pooled[name])
         c = ceilings.get(ceiling)
         c_value = c["value"] if c is not None and c.get("available") else None

@@ -44,7 +44,7 @@ def exchange_group(world: World) -> tuple[dist.ProcessGroup, bool]:
     return world.group, False  # type: ignore[attr-defined]
 
 
-def _all_to_all(group: dist.ProcessGroup, on_device: bool, send: torch.Tensor,
+def all_to_all(group: dist.ProcessGroup, on_device: bool, send: torch.Tensor,
                 send_splits: list[int], recv_splits: list[int]) -> torch.Tensor:
     """``send`` rows split by ``send_splits`` to each rank; the rows every rank sent here."""
     src = send if on_device else send.cpu()
@@ -73,18 +73,18 @@ class TorchEpLayer:
         owner = torch.where(active, flat // e_local, p)
         order = torch.argsort(owner, stable=True)
         send_counts = torch.bincount(owner, minlength=p + 1)[:p]
-        recv_counts = _all_to_all(group, on_device, send_counts, [1] * p, [1] * p)
+        recv_counts = all_to_all(group, on_device, send_counts, [1] * p, [1] * p)
         send_splits, recv_splits = send_counts.tolist(), recv_counts.tolist()
         sent = order[: sum(send_splits)]
         rows = x[sent // k].contiguous().view(torch.int32)
         local = flat[sent] - owner[sent] * e_local
         score = scores.reshape(-1)[sent].to(torch.float32)
-        got_rows = _all_to_all(group, on_device, rows, send_splits, recv_splits)
-        got_expert = _all_to_all(group, on_device, local, send_splits, recv_splits)
-        got_score = _all_to_all(group, on_device, score, send_splits, recv_splits)
+        got_rows = all_to_all(group, on_device, rows, send_splits, recv_splits)
+        got_expert = all_to_all(group, on_device, local, send_splits, recv_splits)
+        got_score = all_to_all(group, on_device, score, send_splits, recv_splits)
         terms = self._experts(got_rows.view(torch.bfloat16), got_expert, got_score, e_local,
                               inter, h)
-        back = _all_to_all(group, on_device, terms.view(torch.int32), recv_splits, send_splits)
+        back = all_to_all(group, on_device, terms.view(torch.int32), recv_splits, send_splits)
         slot_terms = torch.zeros(t * k, h, dtype=torch.float32, device=x.device)
         slot_terms[sent] = back.view(torch.bfloat16).float()
         return slot_terms.view(t, k, h).sum(1).to(torch.bfloat16)

@@ -76,6 +76,9 @@ def test_all_ceilings_run_for_real_on_the_cpu_at_tiny_sizes() -> None:
     for c in out[:2]:
         assert c["available"] and c["value"] > 0 and len(c["samples_s"]) == 3
     assert out[2]["available"] or out[2]["reason"]
+    # the peer copy needs an EP world: outside torchrun it is unavailable, and says why
+    assert out[3]["name"] == "peer_copy_bw" and not out[3]["available"]
+    assert "torchrun" in out[3]["reason"]
 
 
 H200_L2_BYTES = 60 * 2**20

@@ -140,6 +140,8 @@ def test_workload_compared_with_a_ceiling_must_declare_its_work() -> None:
         Workload(lambda: None, ceiling="copy_bw")
     with pytest.raises(ValueError, match="flops"):
         Workload(lambda: None, ceiling="fp8_mm")
+    with pytest.raises(ValueError, match="bytes_sent"):
+        Workload(lambda: None, bytes_moved=1, ceiling="peer_copy_bw")
     with pytest.raises(ValueError, match="ceiling"):
         Workload(lambda: None, bytes_moved=1, ceiling="hbm")
 

@@ -1,0 +1,91 @@
+"""The exchange benchmarks' declarations (issue 38 item 3) and the work a ceiling divides:
+``ep_dispatch`` and ``ep_combine`` compare our pushes with an all-to-all of the same bytes
+against the ``peer_copy_bw`` ceiling, whose rate counts bytes sent; their arms run in the
+multi tier (``tests/multi/test_ep_exchange_bench.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from megamoe.bench.benchmarks import ep_exchange as ee
+from megamoe.bench.device import HostBackend
+from megamoe.bench.protocol import Protocol
+from megamoe.bench.ranks import SingleRank
+from megamoe.bench.registry import (
+    CEILING_NAMES,
+    CEILING_WORK,
+    DEVICE_CEILINGS,
+    Arm,
+    Benchmark,
+    Case,
+    Workload,
+    load_benchmarks,
+)
+from megamoe.bench.runner import run_benchmark
+
+
+def test_every_ceiling_names_the_work_its_rate_divides() -> None:
+    assert set(CEILING_WORK) == set(CEILING_NAMES)
+    w = Workload(lambda: None, bytes_moved=5, bytes_sent=7, flops=11, ceiling="peer_copy_bw")
+    assert w.work() == 7
+    assert Workload(lambda: None, bytes_moved=5, bytes_sent=7, ceiling="copy_bw").work() == 5
+    assert Workload(lambda: None, flops=11, ceiling="bf16_mm").work() == 11
+    assert Workload(lambda: None, flops=11).work() == 0
+
+
+def test_a_benchmark_measures_the_device_ceilings_unless_it_names_others() -> None:
+    b = Benchmark("b", "d", (Case("a"),), Arm("x", lambda c, ctx: Workload(lambda: None)))
+    assert b.ceilings == DEVICE_CEILINGS and "peer_copy_bw" not in b.ceilings
+
+
+def test_the_exchange_benchmarks_compare_pushes_with_an_all_to_all_against_the_peer_copy() -> None:
+    benches = load_benchmarks()
+    for name, arms in (("ep_dispatch", ("push-dispatch", "all-to-all-dispatch")),
+                       ("ep_combine", ("push-return", "all-to-all-return"))):
+        b = benches[name]
+        assert (b.candidate.name, *(x.name for x in b.baselines)) == arms
+        assert b.ceilings == ("peer_copy_bw",) and b.graph
+    recipes = {ee.case_recipe(c) for c in ee.EP_DISPATCH.cases}
+    assert recipes == {"bf16", "mxfp8"}
+    assert {ee.case_recipe(c) for c in ee.EP_COMBINE.cases} == {"bf16"}
+    quick = ee.EP_DISPATCH.cases_for(quick=True)
+    assert quick and all(c.shape["tokens"] == 128 for c in quick)
+    tokens = {c.shape["tokens"] for c in ee.EP_DISPATCH.cases}
+    assert tokens == {128, 1024, 4096}
+    assert {c.scenario for c in ee.EP_DISPATCH.cases} == {"uniform", "skewed"}
+
+
+def test_a_case_without_a_known_recipe_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="recipe"):
+        ee.case_recipe(Case("deepseek-nvfp4-uniform-T128"))
+
+
+def test_achieved_bytes_per_second_of_an_exchange_arm_divide_bytes_sent() -> None:
+    """A run on the CPU with a stand-in peer ceiling: the arm's achieved rate is its bytes
+    sent (not its bytes moved) over its median time."""
+    import torch
+
+    src = torch.ones(1 << 16)
+    dst = torch.empty_like(src)
+
+    def arm(case: Case, ctx) -> Workload:  # type: ignore[no-untyped-def]
+        return Workload(lambda: dst.copy_(src), bytes_moved=1, bytes_sent=src.nbytes,
+                        ceiling="peer_copy_bw")
+
+    def ceiling(sizes, ctx) -> Workload:  # type: ignore[no-untyped-def]
+        return Workload(lambda: dst.copy_(src), bytes_sent=src.nbytes, ceiling="peer_copy_bw")
+
+    bench = Benchmark("test-exchange-work", "d", (Case("a"),), Arm("push", arm),
+                      ceilings=("peer_copy_bw",))
+    proto = Protocol(rounds=1, pairs=2, warmup=1, calls_per_sample=1, graph=False,
+                     caches=("warm",))
+    rec = run_benchmark(bench, HostBackend(), SingleRank(), proto,
+                        ceiling_builders={"peer_copy_bw": ceiling})
+    (got,) = rec["cases"][0]["achieved"]
+    samples = [s for r in rec["cases"][0]["comparisons"][0]["rounds"] for side in (0, 1)
+               for s in r["samples_s"][side]]
+    samples.sort()
+    median = (samples[len(samples) // 2 - 1] + samples[len(samples) // 2]) / 2
+    assert got["arm"] == "push" and got["unit"] == "B/s"
+    assert got["value"] == pytest.approx(src.nbytes / median)
+    assert got["ceiling_value"] == rec["ceilings"][0]["value"] > 0
