@@ -72,36 +72,36 @@ def test_each_exchange_arm_delivers_the_oracles_rows_and_declares_the_same_bytes
     verdict.assert_clean(tier)
 
 
-def test_the_dispatch_check_catches_rows_pushed_one_row_off(tier, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Planted bug: every route's receive row is one past its place (mod the buffer)."""
-    real = EpExchange.send_tables
+def _rows_one_off(ex: EpExchange) -> None:
+    """Every route's receive row one past its place (mod the buffer)."""
+    ex.send_dst.add_(1).remainder_(ex.recv_rows)
 
-    def off_by_one(self):  # type: ignore[no-untyped-def]
+
+def _terms_rolled(ex: EpExchange) -> None:
+    """Each received route's term to the slot (and rank) of the route before it."""
+    ex.ret_dst.copy_(torch.roll(ex.ret_dst, 1))
+    ex.ret_dest.copy_(torch.roll(ex.ret_dest, 1))
+
+
+PLANTED = {"push-dispatch": ("send_tables", _rows_one_off),
+           "push-return": ("recv_tables", _terms_rolled)}
+"""Per push arm: the exchange step whose tables a planted bug corrupts, and the bug."""
+
+
+@pytest.mark.parametrize("arm", sorted(PLANTED))
+def test_each_push_check_catches_a_planted_misdelivery(tier, monkeypatch, arm) -> None:  # type: ignore[no-untyped-def]
+    step, plant = PLANTED[arm]
+    real = getattr(EpExchange, step)
+
+    def planted(self):  # type: ignore[no-untyped-def]
         path = real(self)
-        self.send_dst.add_(1).remainder_(self.recv_rows)
+        plant(self)
         return path
 
-    monkeypatch.setattr(EpExchange, "send_tables", off_by_one)
-    work = ARMS["push-dispatch"].build(_case(tier, "bf16"), _ctx(tier))
+    monkeypatch.setattr(EpExchange, step, planted)
+    work = ARMS[arm].build(_case(tier, "bf16"), _ctx(tier))
     verdict = Verdict()
-    verdict.check(tier.rank, "the check passed rows pushed one row off", _caught(work))
-    verdict.assert_clean(tier)
-
-
-def test_the_return_check_catches_terms_swapped_between_slots(tier, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Planted bug: each received route's term goes to the slot of the route before it."""
-    real = EpExchange.recv_tables
-
-    def rolled(self):  # type: ignore[no-untyped-def]
-        path = real(self)
-        self.ret_dst.copy_(torch.roll(self.ret_dst, 1))
-        self.ret_dest.copy_(torch.roll(self.ret_dest, 1))
-        return path
-
-    monkeypatch.setattr(EpExchange, "recv_tables", rolled)
-    work = ARMS["push-return"].build(_case(tier, "bf16"), _ctx(tier))
-    verdict = Verdict()
-    verdict.check(tier.rank, "the check passed terms swapped between slots", _caught(work))
+    verdict.check(tier.rank, f"the check passed {plant.__doc__}", _caught(work))
     verdict.assert_clean(tier)
 
 
