@@ -6,11 +6,14 @@ one GPU, so the numbers are the exchange's overhead (staging of every rank's ids
 the signals, the receive-side glue) on top of the expert work, never a bandwidth claim (one
 time-sliced GPU is not NVLink). Each sample is the slowest rank's time (seed 001).
 
-Cases: the gpt-oss-like shape (H = I = 2880, E = 128, K = 4; small enough that P ranks' EP1
-copies of every expert fit one H200) at T in {16, 256} per rank, ``uniform`` and ``skewed``
-routes from ``fixtures.scenarios``; the builders read the shape from the case's name
-(``layer.SHAPES``), so the multi tier runs them at its own shape
-(``tests/multi/test_ep_bench.py``). Arms (bf16, early weighting):
+Cases (issue 38 item 3): the gpt-oss-like shape (H = I = 2880, E = 128, K = 4) and the
+DeepSeek-like one (H = 7168, I = 2048, E = 256, K = 8) at T in {1, 16, 256, 4096} per rank,
+``uniform`` and ``skewed`` routes from ``fixtures.scenarios``; ``--quick`` keeps gpt-oss-like
+T = 16. Each rank's EP1 arm holds every expert (DeepSeek-like: 22.5 GB of bf16 weights), so
+in an emulated world, where the P ranks share one GPU, run ``--quick`` or ``--case
+'gptoss-*'``. The builders read the shape from the case's name (``layer.SHAPES``), so the
+multi tier runs them at its own shape (``tests/multi/test_ep_bench.py``). Arms (bf16, early
+weighting):
 
 - candidate ``ep-layer``: ``MoELayer(..., world=world)`` with the rank's experts only;
 - baseline ``ep1-layer``: the EP1 layer with every expert on the same rows (bitwise the same
@@ -30,12 +33,13 @@ from __future__ import annotations
 
 import torch
 
-from megamoe.bench.benchmarks.layer import GPT_OSS, _shape, _weights, _work
+from megamoe.bench.benchmarks.layer import DEEPSEEK, GPT_OSS, _shape, _weights, _work
 from megamoe.bench.ep_world import current_world
 from megamoe.bench.registry import Arm, Benchmark, BuildContext, Case, Workload, register_benchmark
 
-TOKENS = (16, 256)
+TOKENS = (1, 16, 256, 4096)
 ROUTES = ("uniform", "skewed")
+QUICK_TOKENS = 16
 
 
 def _inputs(case: Case, ctx: BuildContext):  # type: ignore[no-untyped-def]
@@ -121,12 +125,12 @@ def build_torch_ep(case: Case, ctx: BuildContext) -> Workload:
 
 
 CASES = tuple(
-    Case(f"gptoss-{r}-T{t}", {"tokens": t, "hidden": GPT_OSS.hidden, "inter": GPT_OSS.inter,
-                              "experts": GPT_OSS.experts, "top_k": GPT_OSS.top_k},
-         scenario=r, seed=17, quick=t == 16, calls_per_sample=10)
-    for r in ROUTES for t in TOKENS
+    Case(f"{s.name}-{r}-T{t}", {"tokens": t, "hidden": s.hidden, "inter": s.inter,
+                                "experts": s.experts, "top_k": s.top_k},
+         scenario=r, seed=17, quick=s is GPT_OSS and t == QUICK_TOKENS, calls_per_sample=10)
+    for s in (GPT_OSS, DEEPSEEK) for r in ROUTES for t in TOKENS
 )
-"""The gpt-oss-like shape at T = 16 and 256 per rank, uniform and skewed routes."""
+"""Both shapes at T = 1, 16, 256 and 4096 per rank, uniform and skewed routes."""
 
 EP_LAYER = register_benchmark(
     Benchmark(

@@ -1,13 +1,15 @@
-"""The exchange benchmarks' declarations (issue 38 item 3) and the work a ceiling divides:
+"""The EP benchmarks' declarations (issue 38 item 3) and the work a ceiling divides:
+``ep_layer`` and ``ep_layer_torch`` cover both shapes from 1 to 4096 tokens per rank;
 ``ep_dispatch`` and ``ep_combine`` compare our pushes with an all-to-all of the same bytes
-against the ``peer_copy_bw`` ceiling, whose rate counts bytes sent; their arms run in the
-multi tier (``tests/multi/test_ep_exchange_bench.py``)."""
+against the ``peer_copy_bw`` ceiling, whose rate counts bytes sent. Their arms run in the
+multi tier (``tests/multi/test_ep_bench.py``, ``tests/multi/test_ep_exchange_bench.py``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from megamoe.bench.benchmarks import ep_exchange as ee
+from megamoe.bench.benchmarks import ep_layer as el
 from megamoe.bench.device import HostBackend
 from megamoe.bench.protocol import Protocol
 from megamoe.bench.ranks import SingleRank
@@ -53,6 +55,16 @@ def test_the_exchange_benchmarks_compare_pushes_with_an_all_to_all_against_the_p
     tokens = {c.shape["tokens"] for c in ee.EP_DISPATCH.cases}
     assert tokens == {128, 1024, 4096}
     assert {c.scenario for c in ee.EP_DISPATCH.cases} == {"uniform", "skewed"}
+
+
+def test_the_ep_layer_benchmarks_cover_both_shapes_from_one_to_4096_tokens() -> None:
+    for bench in (el.EP_LAYER, el.EP_LAYER_TORCH):
+        grid = {(c.name.split("-")[0], c.scenario, c.shape["tokens"]) for c in bench.cases}
+        assert grid == {(s, r, t) for s in ("gptoss", "deepseek") for r in ("uniform", "skewed")
+                        for t in (1, 16, 256, 4096)}
+        # an emulated world holds P EP1 copies of every expert on one GPU: quick is small
+        assert [c.name for c in bench.cases_for(quick=True)] == ["gptoss-uniform-T16",
+                                                                 "gptoss-skewed-T16"]
 
 
 def test_a_case_without_a_known_recipe_is_refused_by_name() -> None:
