@@ -8,14 +8,30 @@
 # The cake is CUDA C++ that FlashInfer's JIT builds with the machine's nvcc (sm_90a) and
 # tvm-ffi; our CuTe DSL (.whl) serves the harness. flashinfer-sm90-fp8-pull is CuTe DSL code
 # that needs nvidia-cutlass-dsl >= 4.6.2, which cannot share a process with ours: it needs a
-# site of its own in place of .whl. Not yet run on a GPU.
+# site of its own in place of .whl.
+# With "bench [CASE_GLOB]" after the backend name the call runs the side-by-side benchmark
+# instead of the contract tests (layer_flashinfer_cake --quick, FlashInfer in a worker
+# process; CASE_GLOB default 'deepseek-*-T16', small shapes first) and brings back its JSON
+# record and log:
+#   run(command="bash devtools/flashinfer_device.sh flashinfer-sm90-cake bench", ...)
+# Not yet run on a GPU.
 set -u
-backend=${1:?usage: bash devtools/flashinfer_device.sh flashinfer-sm90-cake}
+backend=${1:?usage: bash devtools/flashinfer_device.sh flashinfer-sm90-cake [bench [CASE_GLOB]]}
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fisite .whl-fi/*.whl \
   || { echo "cannot install .whl-fi"; exit 1; }
-export PYTHONPATH=$PYTHONPATH:/tmp/fisite MEGAMOE_FLASHINFER_ROOT=$PWD/.flashinfer \
+export PYTHONPATH=${PYTHONPATH:-}:/tmp/fisite MEGAMOE_FLASHINFER_ROOT=$PWD/.flashinfer \
   MEGAMOE_PYTHON=python3 CUTE_DSL_CACHE_DIR=/tmp/cc
+if [ "${2:-}" = bench ]; then
+  [ "$backend" = flashinfer-sm90-cake ] || { echo "bench: only flashinfer-sm90-cake has a benchmark"; exit 2; }
+  dir=${MEGAMOE_FI_BENCH_DIR:-/tmp/fib}
+  timeout -k 10 "${MEGAMOE_FI_BENCH_TIMEOUT:-540}" python3 -m megamoe.bench layer_flashinfer_cake \
+    --quick --case "${3:-deepseek-*-T16}" --no-plots --output-dir "$dir" > "$OUT/bench.log" 2>&1
+  rc=$?
+  cp "$dir/layer_flashinfer_cake.json" "$OUT/" 2>/dev/null
+  tail -n 20 "$OUT/bench.log"
+  exit $rc
+fi
 ./run_tests.sh single --moe-backend "$backend" -k layer_contract -p no:cacheprovider \
   --junitxml="$OUT/$backend.xml" > "$OUT/$backend.log" 2>&1
 rc=$?

@@ -16,6 +16,7 @@ from megamoe.bench.device import Backend, Unit
 from megamoe.bench.protocol import Order, Protocol, abba_schedule
 from megamoe.bench.ranks import RankGroup
 from megamoe.bench.registry import Workload
+from megamoe.bench.remote import RemoteUnit, prepare_remote
 
 
 @dataclass(frozen=True)
@@ -40,16 +41,20 @@ class Measurer:
         self.protocol = protocol
 
     def prepare(self, workloads: Sequence[Workload]) -> list[Unit]:
-        """Warm every workload up and run its check (untimed), capture its unit, run it once."""
+        """Warm every workload up and run its check (untimed), capture its unit, run it once.
+        A remote workload does all of that in its worker (``megamoe.bench.remote``)."""
         p = self.protocol
-        for w in workloads:
+        local = [w for w in workloads if w.remote is None]
+        for w in local:
             for _ in range(p.warmup):
                 w.fn()
         self.backend.synchronize()
-        for w in workloads:
+        for w in local:
             if w.check is not None:
                 w.check()
-        units = [self.backend.prepare(w.fn, p.calls_per_sample, p.graph) for w in workloads]
+        units = [prepare_remote(w.remote, p.warmup, p.calls_per_sample, p.graph)
+                 if w.remote is not None else self.backend.prepare(w.fn, p.calls_per_sample, p.graph)
+                 for w in workloads]
         for unit in units:
             unit()
         self.backend.synchronize()
@@ -59,6 +64,8 @@ class Measurer:
         if cold:
             self.backend.flush_l2()
         self.ranks.barrier(self.backend)
+        if isinstance(unit, RemoteUnit):  # timed by its worker, after this flush and barrier
+            return unit.time() / self.protocol.calls_per_sample
         return self.backend.time(unit, self.ranks.gate()) / self.protocol.calls_per_sample
 
     def sample(self, units: Sequence[Unit], cold: bool) -> list[float]:

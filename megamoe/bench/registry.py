@@ -87,10 +87,12 @@ class Workload:
 
     ``bytes_moved``: fewest bytes through device memory per call (reads plus
     writes). ``flops``: arithmetic per call. ``bytes_sent``: bytes this rank writes into
-    the ranks' receive buffers per call, its own included (exchange arms). ``ceiling``: which measured
-    ceiling the achieved rate is compared with (one of ``CEILING_NAMES``),
-    or None. ``check``: run once after warmup and before capture (untimed);
-    it raises when the warmed-up output is wrong, so nothing wrong is timed.
+    the ranks' receive buffers per call, its own included (exchange arms). ``ceiling``: which
+    measured ceiling the achieved rate is compared with (one of ``CEILING_NAMES``), or None.
+    ``check``: run once after warmup and before capture (untimed); it raises when the
+    warmed-up output is wrong, so nothing wrong is timed. ``remote``: a
+    ``megamoe.bench.remote.RemoteWorker`` when the workload lives in a worker process (the
+    measurer prepares and times it there; ``fn`` is not called here).
     """
 
     fn: Callable[[], object]
@@ -99,6 +101,7 @@ class Workload:
     ceiling: str | None = None
     check: Callable[[], None] | None = None
     bytes_sent: int = 0
+    remote: Any = None
 
     def __post_init__(self) -> None:
         if self.ceiling is not None and self.ceiling not in CEILING_NAMES:

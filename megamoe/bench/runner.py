@@ -101,8 +101,13 @@ def _compare(
     wb = _build(arm_b, case, backend, ranks)
     units_a = measurer.prepare(wa)
     units_b = measurer.prepare(wb)
-    rounds = measurer.compare(units_a, units_b, cold)
-    del units_a, units_b
+    try:
+        rounds = measurer.compare(units_a, units_b, cold)
+    finally:
+        del units_a, units_b
+        for w in (*wa, *wb):
+            if w.remote is not None:
+                w.remote.close()
     backend.release()
     record = {
         "kind": kind,

@@ -1,6 +1,6 @@
-"""Backends for the host tests of the backend interface (``test_backends.py``): a toy that
-declares one recipe and no CPU support, and our layer with a planted bug behind the
-interface. Named ``package.module:attribute``, as a user names their own backend."""
+"""Backends for the host tests of the backend interface (``test_backends.py``,
+``test_bench_backend_layer.py``): a toy that declares one recipe and no CPU support, and our
+layer with a planted bug behind the interface. Named ``package.module:attribute``, as a user names their own backend."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ class PlantedHandle:
         if self.bug == "wrap":  # an id of -1 read as the last expert, with its masked score
             return torch.where(ids == -1, self.e - 1, ids), torch.where(
                 ids == -1, torch.nan_to_num(w, nan=0.0, posinf=0.0, neginf=0.0), w)
+        if self.bug == "unweighted":  # the router's score never applied
+            return ids, torch.where(ids >= 0, torch.ones_like(w), w)
         return ids, w
 
     def _leak(self, out: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -78,4 +80,5 @@ class PlantedBackend:
 TOY = ToyBackend()
 WRAP = PlantedBackend("wrap")
 NAN_LEAK = PlantedBackend("nan-leak")
+UNWEIGHTED = PlantedBackend("unweighted")
 NOT_A_BACKEND = object()

@@ -1,0 +1,55 @@
+"""A backend's layer as a benchmark arm (``megamoe.bench.backend_layer``): it meets the oracle
+on the CPU for our layer with late weighting, its check catches a backend that applies the
+score nowhere, a refusing backend stops the arm with its reason before any weight
+is made, and FlashInfer's cake reaches its worker as a remote arm
+(``layer_flashinfer_cake``) and is refused there by name on a machine without its GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from megamoe.bench import backend_layer as bl
+from megamoe.bench.benchmarks import layer as lb
+from megamoe.bench.benchmarks import layer_flashinfer as lf
+from megamoe.bench.device import HostBackend
+from megamoe.bench.registry import BuildContext, Case
+from megamoe.bench.remote import RemoteArmError
+from megamoe.errors import ConfigError
+
+CTX = BuildContext(HostBackend().device, 0, 1, 17)
+
+
+@pytest.fixture
+def tiny(monkeypatch):  # type: ignore[no-untyped-def]
+    """A CPU-sized shape under the name ``tiny`` (the builders read the shape from the case)."""
+    monkeypatch.setitem(lb.SHAPES, "tiny", lb.Shape("tiny", 128, 64, 8, 2))
+    lb._WEIGHTS.clear()
+    yield Case("tiny-uniform-T12", {"tokens": 12}, scenario="uniform", seed=17)
+    lb._WEIGHTS.clear()
+
+
+def test_our_layer_behind_the_interface_passes_its_check_with_late_weighting(tiny) -> None:  # type: ignore[no-untyped-def]
+    work = bl.MEGAMOE_LATE(tiny, CTX)
+    work.check()
+    assert work.fn().shape == (12, 128) and work.ceiling == "copy_bw" and work.bytes_moved > 0
+
+
+def test_the_check_catches_a_backend_that_never_applies_the_score(tiny) -> None:  # type: ignore[no-untyped-def]
+    work = bl.backend_layer("tests.host.backend_doubles:UNWEIGHTED", "late")(tiny, CTX)
+    with pytest.raises(AssertionError, match="tiny-uniform-T12"):
+        work.check()
+
+
+def test_a_refusing_backend_stops_the_arm_before_any_weight_is_made(tiny) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match="toy builds nothing"):
+        bl.backend_layer("tests.host.backend_doubles:TOY", "late")(tiny, CTX)
+    assert lb._WEIGHTS == {}
+
+
+def test_flashinfers_cake_runs_in_a_worker_and_is_refused_there_without_its_gpu() -> None:
+    bench = lf.LAYER_FLASHINFER_CAKE
+    (arm,) = bench.baselines
+    assert arm.name == "flashinfer-sm90-cake" and bench.candidate.build is bl.MEGAMOE_LATE
+    assert all(c.name.startswith("deepseek-") for c in bench.cases)
+    with pytest.raises(RemoteArmError, match=r"flashinfer-sm90-cake.*sm_90"):
+        arm.build(bench.cases[0], CTX)
