@@ -51,14 +51,15 @@ def _local_sleeper(ms: float):  # type: ignore[no-untyped-def]
 
 
 def test_a_remote_arm_is_sampled_by_its_workers_clock_beside_a_local_one() -> None:
-    bench = Benchmark("test-remote", "d", (Case("c", {"ms": 30}),), Arm("local", _local_sleeper(5)),
+    bench = Benchmark("test-remote", "d", (Case("c", {"ms": 60}),), Arm("local", _local_sleeper(5)),
                       baselines=(remote_arm("remote", _spec("sleeper")),), ceilings=())
     rec = run_benchmark(bench, HostBackend(), SingleRank(), PROTO)
     (comp,) = rec["cases"][0]["comparisons"]
     remote, local = (s for s in comp["rounds"][0]["samples_s"])
     assert len(remote) == len(local) == 2
-    # the worker sleeps 30 ms per call, the local arm 5 ms: each sample is its own arm's time
-    assert all(0.030 <= s < 0.5 for s in remote) and all(0.005 <= s < 0.025 for s in local)
+    # the worker sleeps 60 ms per call, the local arm 5 ms: each sample is its own arm's time
+    # (a sleep never ends early, so the lower bounds hold on any machine)
+    assert min(remote) >= 0.060 and min(local) >= 0.005 and max(local) < min(remote)
     assert comp["summary"]["gain"] > 0.5  # the local arm (B) is faster
     assert _workers_alive() == []
 

@@ -17,7 +17,9 @@ all_to_all_single`` of the same rows, packed by destination beforehand (split si
 the host, as stock EP code reads them), over NCCL in a real world. In an emulated or CPU
 world NCCL cannot run (two ranks on one GPU hang), so the baseline goes over the world's gloo
 group through host memory: a correctness arm only, which a CUDA graph cannot capture; run
-there with ``--no-graph``.
+there with ``--no-graph``. In a real world both arms are captured (NCCL collectives are
+capturable once the communicator exists, which the untimed warmup calls make sure of); where a
+machine's NCCL refuses capture, ``--no-graph`` times both eagerly.
 
 Work: ``bytes_sent``, the bytes of the rows the world sends (each rank's to itself included)
 divided by P, the same for both arms, compared with the ``peer_copy_bw`` ceiling measured in
