@@ -3,8 +3,9 @@
 layer for the case's shape (bf16 recipe, the ``layer`` benchmark's shared weights and inputs,
 the score applied where ``weighting`` says: docs/contract.md s5, s12), warms it up and times
 ``forward``. Its check: the first ``CHECK_TOKENS`` rows against the oracle within
-docs/contract.md s8. It declares the ``layer`` benchmark's work (touched weight bytes up to
-T = 64, FLOPs above), so every backend is read against the same ceilings.
+docs/contract.md s8. It declares the ``layer`` benchmarks' work for its recipe (the touched
+experts' weight bytes, scales included, up to T = 64; FLOPs above, against the bf16 or the FP8
+matmul rate: ``RECIPE_WORK``), so every backend is read against the same ceilings.
 
 The builders below are module attributes so that a remote arm's worker can import them
 (``RemoteSpec("megamoe.bench.backend_layer:FLASHINFER_CAKE_LATE")``).
@@ -12,13 +13,32 @@ The builders below are module attributes so that a remote arm's worker can impor
 
 from __future__ import annotations
 
-from megamoe.bench.benchmarks.layer import CHECK_TOKENS, _inputs, _shape, _weights, _work
+from megamoe.bench.benchmarks.layer import (
+    BF16_BYTES_PER_WEIGHT,
+    CHECK_TOKENS,
+    _inputs,
+    _shape,
+    _weights,
+    _work,
+)
+from megamoe.bench.benchmarks.layer_quantized import RECIPES
 from megamoe.bench.registry import BuildContext, Builder, Case, Workload
 
+FP8_BLOCK_BYTES_PER_WEIGHT = 1 + 4 / (128 * 128)
+"""``fp8_block`` weights: one E4M3 byte each and a float32 scale per 128 x 128 tile."""
+RECIPE_WORK: dict[str, tuple[float, str]] = {
+    "bf16": (BF16_BYTES_PER_WEIGHT, "bf16_mm"),
+    **{q.recipe: (q.bytes_per_weight, "fp8_mm") for q in RECIPES},
+    "fp8_block": (FP8_BLOCK_BYTES_PER_WEIGHT, "fp8_mm"),
+}
+"""Per recipe: weight bytes per weight and the matmul ceiling its FLOPs are read against."""
 
-def backend_layer(backend: str, weighting: str) -> Builder:
-    """The builder of ``backend``'s layer with the score applied ``weighting`` (module
-    docstring); a backend that refuses the case raises its refusal."""
+
+def backend_layer(backend: str, weighting: str, recipe: str = "bf16") -> Builder:
+    """The builder of ``backend``'s ``recipe`` layer with the score applied ``weighting``
+    (module docstring); a backend that refuses the case raises its refusal."""
+    if recipe not in RECIPE_WORK:
+        raise ValueError(f"recipe: expected one of {sorted(RECIPE_WORK)}, got {recipe!r}")
 
     def build(case: Case, ctx: BuildContext) -> Workload:
         from megamoe.backends import WEIGHTINGS, LayerSpec, load_backend
@@ -26,11 +46,11 @@ def backend_layer(backend: str, weighting: str) -> Builder:
         from oracle.compare import compare_rows
         from oracle.experts import moe_forward
         from oracle.moe_config import MoEConfig
-        from oracle.weights import ExpertWeights
+        from oracle.weights import prepare_weights
 
         s = _shape(case)
         t = case.shape["tokens"]
-        cfg = MoEConfig("bf16", s.experts, s.top_k, s.hidden, s.inter, **WEIGHTINGS[weighting])
+        cfg = MoEConfig(recipe, s.experts, s.top_k, s.hidden, s.inter, **WEIGHTINGS[weighting])
         spec, impl = LayerSpec(cfg, t), load_backend(backend)
         why = impl.refusal(spec, ctx.device, ctx.world_size)  # before any weight is made
         if why is not None:
@@ -42,17 +62,19 @@ def backend_layer(backend: str, weighting: str) -> Builder:
 
         def check() -> None:
             n = min(t, CHECK_TOKENS)
-            want = moe_forward(x[:n], ids[:n], w[:n], ExpertWeights("bf16", w13, w2), cfg)
-            report = compare_rows(handle.forward(x, ids, w)[:n], want, ids[:n], "bf16")
+            want = moe_forward(x[:n], ids[:n], w[:n], prepare_weights(w13, w2, cfg), cfg)
+            report = compare_rows(handle.forward(x, ids, w)[:n], want, ids[:n], recipe)
             if report.problems:
                 raise AssertionError(f"{backend} {case.name}: {report.problems}")
 
         return Workload(lambda: handle.forward(x, ids, w), check=check,
-                        **_work(case, ids))  # type: ignore[arg-type]
+                        **_work(case, ids, *RECIPE_WORK[recipe]))  # type: ignore[arg-type]
 
-    build.__qualname__ = f"backend_layer[{backend},{weighting}]"
+    build.__qualname__ = f"backend_layer[{backend},{weighting},{recipe}]"
     return build
 
 
 MEGAMOE_LATE = backend_layer("megamoe", "late")
 FLASHINFER_CAKE_LATE = backend_layer("flashinfer-sm90-cake", "late")
+MEGAMOE_MXFP8 = backend_layer("megamoe", "early", "mxfp8")
+FLASHINFER_FP8_PULL = backend_layer("flashinfer-sm90-fp8-pull", "early", "fp8_block")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -51,7 +52,9 @@ class RemoteArmError(RuntimeError):
 class RemoteSpec:
     """Where a remote arm's workload comes from: ``builder`` ``"package.module:attribute"``, a
     ``Builder`` imported in the worker; ``env``: extra environment of the worker (its
-    ``PYTHONPATH`` goes before this process's); ``timeout_s``: each request's bound."""
+    ``PYTHONPATH`` goes before this process's; ``${NAME}`` in a value is this process's
+    variable ``NAME``, which must be set when the arm is built); ``timeout_s``: each
+    request's bound."""
 
     builder: str
     env: Mapping[str, str] = field(default_factory=dict)
@@ -65,9 +68,23 @@ class RemoteSpec:
             raise ValueError(f"timeout_s: expected > 0, got {self.timeout_s!r}")
 
 
-def _worker_env(spec: RemoteSpec) -> dict[str, str]:
-    env = {**os.environ, **spec.env}
-    paths = [spec.env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", ""), PACKAGE_ROOT]
+_VARIABLE = re.compile(r"\$\{(\w+)\}")
+
+
+def _expand(name: str, key: str, value: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) not in os.environ:
+            raise ValueError(f"arm {name!r}: its worker's {key} needs ${m.group(1)}, which is "
+                             "not set")
+        return os.environ[m.group(1)]
+
+    return _VARIABLE.sub(one, value)
+
+
+def _worker_env(name: str, spec: RemoteSpec) -> dict[str, str]:
+    extra = {k: _expand(name, k, v) for k, v in spec.env.items()}
+    env = {**os.environ, **extra}
+    paths = [extra.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", ""), PACKAGE_ROOT]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env
 
@@ -79,7 +96,7 @@ class RemoteWorker:
         self.name, self.spec = name, spec
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "megamoe.bench.remote_worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, text=True, env=_worker_env(spec))
+            stdout=subprocess.PIPE, text=True, env=_worker_env(name, spec))
         self._finalizer = weakref.finalize(self, _kill, self.proc)
 
     def request(self, op: str, timeout_s: float | None = None, **payload: Any) -> dict[str, Any]:

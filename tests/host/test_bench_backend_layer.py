@@ -1,8 +1,9 @@
 """A backend's layer as a benchmark arm (``megamoe.bench.backend_layer``): it meets the oracle
 on the CPU for our layer with late weighting, its check catches a backend that applies the
 score nowhere, a refusing backend stops the arm with its reason before any weight
-is made, and FlashInfer's cake reaches its worker as a remote arm
-(``layer_flashinfer_cake``) and is refused there by name on a machine without its GPU."""
+is made, an FP8 recipe declares FP8 work, and FlashInfer's layers reach their workers as remote
+arms (``layer_flashinfer_cake``, ``layer_flashinfer_fp8``, the latter only with its CuTe DSL's
+path set) and are refused there by name on a machine without their GPU."""
 
 from __future__ import annotations
 
@@ -34,6 +35,20 @@ def test_our_layer_behind_the_interface_passes_its_check_with_late_weighting(tin
     assert work.fn().shape == (12, 128) and work.ceiling == "copy_bw" and work.bytes_moved > 0
 
 
+def test_our_mxfp8_layer_passes_its_check_and_declares_fp8_weight_bytes(tiny) -> None:  # type: ignore[no-untyped-def]
+    work = bl.MEGAMOE_MXFP8(tiny, CTX)
+    work.check()
+    _, ids, _ = lb._inputs(tiny, CTX)
+    touched = int(ids[ids >= 0].unique().numel())
+    assert work.ceiling == "copy_bw"
+    assert work.bytes_moved == int(touched * 3 * 64 * 128 * (1 + 1 / 32))
+
+
+def test_an_unknown_recipe_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="recipe"):
+        bl.backend_layer("megamoe", "early", "fp6")
+
+
 def test_the_check_catches_a_backend_that_never_applies_the_score(tiny) -> None:  # type: ignore[no-untyped-def]
     work = bl.backend_layer("tests.host.backend_doubles:UNWEIGHTED", "late")(tiny, CTX)
     with pytest.raises(AssertionError, match="tiny-uniform-T12"):
@@ -52,4 +67,16 @@ def test_flashinfers_cake_runs_in_a_worker_and_is_refused_there_without_its_gpu(
     assert arm.name == "flashinfer-sm90-cake" and bench.candidate.build is bl.MEGAMOE_LATE
     assert all(c.name.startswith("deepseek-") for c in bench.cases)
     with pytest.raises(RemoteArmError, match=r"flashinfer-sm90-cake.*sm_90"):
+        arm.build(bench.cases[0], CTX)
+
+
+def test_flashinfers_fp8_worker_needs_its_cute_dsl_path(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    bench = lf.LAYER_FLASHINFER_FP8
+    (arm,) = bench.baselines
+    assert bench.candidate.build is bl.MEGAMOE_MXFP8 and bench.ceilings == ("copy_bw", "fp8_mm")
+    monkeypatch.delenv("MEGAMOE_FLASHINFER_DSL_PATH", raising=False)
+    with pytest.raises(ValueError, match="MEGAMOE_FLASHINFER_DSL_PATH"):
+        arm.build(bench.cases[0], CTX)
+    monkeypatch.setenv("MEGAMOE_FLASHINFER_DSL_PATH", "/nonexistent/dsl-site")
+    with pytest.raises(RemoteArmError, match=r"flashinfer-sm90-fp8-pull.*sm_90"):
         arm.build(bench.cases[0], CTX)

@@ -76,6 +76,18 @@ def test_the_workers_environment_and_declared_work_reach_the_record() -> None:
     assert work.remote.proc.poll() is not None
 
 
+def test_a_variable_in_the_workers_environment_is_read_here_and_must_be_set(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    spec = _spec("sleeper", env={"REMOTE_TEST_BYTES": "${REMOTE_TEST_SIZE}"})
+    monkeypatch.setenv("REMOTE_TEST_SIZE", "512")
+    work = remote_arm("remote", spec).build(Case("c", {"ms": 1}), CTX)
+    work.remote.close()
+    assert work.bytes_moved == 512
+    monkeypatch.delenv("REMOTE_TEST_SIZE")
+    with pytest.raises(ValueError, match=r"REMOTE_TEST_BYTES needs \$REMOTE_TEST_SIZE"):
+        remote_arm("remote", spec).build(Case("c", {"ms": 1}), CTX)
+    assert _workers_alive() == []
+
+
 def test_a_failed_check_in_the_worker_is_an_assertion_naming_the_arm() -> None:
     m = Measurer(HostBackend(), SingleRank(), PROTO)
     work = remote_arm("theirs", _spec("bad_check")).build(Case("c"), CTX)

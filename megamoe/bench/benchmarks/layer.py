@@ -86,16 +86,21 @@ def _inputs(case: Case, ctx: BuildContext):
     return state.ranks[0].live()
 
 
-def _work(case: Case, ids: torch.Tensor) -> dict[str, object]:
-    """Bytes of the touched experts' weights (floor) or the FLOPs of the active slots."""
+BF16_BYTES_PER_WEIGHT = 2.0
+
+
+def _work(case: Case, ids: torch.Tensor, bytes_per_weight: float = BF16_BYTES_PER_WEIGHT,
+          matmul: str = "bf16_mm") -> dict[str, object]:
+    """Bytes of the touched experts' weights (floor; ``bytes_per_weight`` with any scales) up to
+    ``FLOOR_MAX_TOKENS``, else the FLOPs of the active slots against the ``matmul`` ceiling."""
     s = _shape(case)
     active = ids[ids >= 0]
     if case.shape["tokens"] <= FLOOR_MAX_TOKENS:
         touched = int(torch.unique(active).numel())
-        per_expert = (2 * s.inter * s.hidden + s.hidden * s.inter) * 2
-        return {"bytes_moved": touched * per_expert, "ceiling": "copy_bw"}
+        per_expert = 3 * s.inter * s.hidden * bytes_per_weight
+        return {"bytes_moved": int(touched * per_expert), "ceiling": "copy_bw"}
     flops = 2 * int(active.numel()) * (s.hidden * 2 * s.inter + s.inter * s.hidden)
-    return {"flops": flops, "ceiling": "bf16_mm"}
+    return {"flops": flops, "ceiling": matmul}
 
 
 def build_layer(case: Case, ctx: BuildContext) -> Workload:

@@ -1,8 +1,17 @@
-"""``layer_flashinfer_cake``: our bf16 layer against FlashInfer's sm90 MegaMoE
-``bf16_bf16_bf16_push_cake`` on the same rows (issue 39 item 4), both at EP1 with late
-weighting (the cake applies the score after FC2 or in its combine, never before A2), both
-behind the backend interface (``megamoe.bench.backend_layer``), both checked against the
-oracle before timing.
+"""Our layer against FlashInfer's sm90 MegaMoE on the same rows (issue 39 item 4), both at EP1,
+both behind the backend interface (``megamoe.bench.backend_layer``), both checked against the
+oracle (each in its recipe) before timing:
+
+- ``layer_flashinfer_cake``: bf16, our layer against ``bf16_bf16_bf16_push_cake``, with late
+  weighting (the cake applies the score after FC2 or in its combine, never before A2);
+- ``layer_flashinfer_fp8``: FP8 against FP8 with other scale blocks: our ``mxfp8`` layer (E4M3
+  with 1 x 32 power-of-two scales on activations and weights) against
+  ``fp8_fp8_bf16_pull_cutedsl`` in its blockwise mode (recipe ``fp8_block``: 1 x 128 float32
+  activation scales, 128 x 128 weight scales), early weighting. The arms do the same GEMM work
+  at the same precision, not the same arithmetic; the ratio says which FP8 layer is faster on
+  these shapes, not which kernel is better at one recipe. FlashInfer's arm needs CuTe DSL 4.4 or
+  newer, which cannot share a process with ours: its worker puts ``$MEGAMOE_FLASHINFER_DSL_PATH``
+  (the site of that CuTe DSL) first on its ``PYTHONPATH``.
 
 FlashInfer's layer runs as a remote arm (``megamoe.bench.remote``): built, warmed up, captured
 and timed in a worker process of its own, with every request bounded, because one of its
@@ -13,26 +22,42 @@ the cake (about 145 s on the H200), inside the request bound.
 
 Cases: the ``layer`` benchmark's DeepSeek-like ones (H = 7168, I = 2048, E = 256, K = 8; T = 1
 to 4096, uniform and skewed routes). The gpt-oss-like shape is not among them: the cake takes
-H a multiple of 256 and 2880 is not. ``--quick`` keeps T in {1, 16, 256, 4096}.
+H a multiple of 256 and the pull backend multiples of 128, and 2880 is neither. ``--quick``
+keeps T in {1, 16, 256, 4096}.
 """
 
 from __future__ import annotations
 
-from megamoe.bench.backend_layer import MEGAMOE_LATE
+from megamoe.bench.backend_layer import MEGAMOE_LATE, MEGAMOE_MXFP8
 from megamoe.bench.benchmarks.layer import _cases
 from megamoe.bench.registry import Arm, Benchmark, register_benchmark
 from megamoe.bench.remote import RemoteSpec, remote_arm
 
 FLASHINFER_CAKE = RemoteSpec("megamoe.bench.backend_layer:FLASHINFER_CAKE_LATE")
+FLASHINFER_FP8_PULL = RemoteSpec("megamoe.bench.backend_layer:FLASHINFER_FP8_PULL",
+                                 env={"PYTHONPATH": "${MEGAMOE_FLASHINFER_DSL_PATH}"})
+DEEPSEEK_CASES = tuple(c for c in _cases() if c.name.startswith("deepseek-"))
 
 LAYER_FLASHINFER_CAKE = register_benchmark(
     Benchmark(
         name="layer_flashinfer_cake",
         description="the bf16 layer vs FlashInfer's sm90 push cake (EP1, late weighting; "
                     "FlashInfer in a worker process)",
-        cases=tuple(c for c in _cases() if c.name.startswith("deepseek-")),
+        cases=DEEPSEEK_CASES,
         candidate=Arm("layer-late", MEGAMOE_LATE),
         baselines=(remote_arm("flashinfer-sm90-cake", FLASHINFER_CAKE),),
         ceilings=("copy_bw", "bf16_mm"),
+    )
+)
+
+LAYER_FLASHINFER_FP8 = register_benchmark(
+    Benchmark(
+        name="layer_flashinfer_fp8",
+        description="the mxfp8 layer vs FlashInfer's sm90 FP8 pull layer (fp8_block; EP1, "
+                    "early weighting; FlashInfer in a worker with its CuTe DSL)",
+        cases=DEEPSEEK_CASES,
+        candidate=Arm("layer-mxfp8", MEGAMOE_MXFP8),
+        baselines=(remote_arm("flashinfer-sm90-fp8-pull", FLASHINFER_FP8_PULL),),
+        ceilings=("copy_bw", "fp8_mm"),
     )
 )

@@ -82,17 +82,6 @@ def _quantized(q: QuantizedRecipe, shape: base.Shape, device: torch.device):
     return _MX[key]
 
 
-def _work(q: QuantizedRecipe, case: Case, ids: torch.Tensor) -> dict[str, object]:
-    s = base._shape(case)
-    active = ids[ids >= 0]
-    if case.shape["tokens"] <= base.FLOOR_MAX_TOKENS:
-        touched = int(torch.unique(active).numel())
-        per_expert = 3 * s.inter * s.hidden * q.bytes_per_weight
-        return {"bytes_moved": int(touched * per_expert), "ceiling": "copy_bw"}
-    flops = 2 * int(active.numel()) * (s.hidden * 2 * s.inter + s.inter * s.hidden)
-    return {"flops": flops, "ceiling": "fp8_mm"}
-
-
 def make_builder(q: QuantizedRecipe) -> Callable[[Case, BuildContext], Workload]:
     """The candidate arm's builder for one recipe."""
 
@@ -128,7 +117,7 @@ def make_builder(q: QuantizedRecipe) -> Callable[[Case, BuildContext], Workload]
                 raise AssertionError(f"layer-{q.recipe} {case.name}: {report.problems}")
 
         return Workload(lambda: layer.forward(x, ids, w, out=out), check=check,
-                        **_work(q, case, ids))  # type: ignore[arg-type]
+                        **base._work(case, ids, q.bytes_per_weight, "fp8_mm"))  # type: ignore[arg-type]
 
     return build
 
