@@ -38,26 +38,26 @@ FLASHINFER_FP8_PULL = RemoteSpec("megamoe.bench.backend_layer:FLASHINFER_FP8_PUL
                                  env={"PYTHONPATH": "${MEGAMOE_FLASHINFER_DSL_PATH}"})
 DEEPSEEK_CASES = tuple(c for c in _cases() if c.name.startswith("deepseek-"))
 
-LAYER_FLASHINFER_CAKE = register_benchmark(
-    Benchmark(
-        name="layer_flashinfer_cake",
-        description="the bf16 layer vs FlashInfer's sm90 push cake (EP1, late weighting; "
-                    "FlashInfer in a worker process)",
-        cases=DEEPSEEK_CASES,
-        candidate=Arm("layer-late", MEGAMOE_LATE),
-        baselines=(remote_arm("flashinfer-sm90-cake", FLASHINFER_CAKE),),
-        ceilings=("copy_bw", "bf16_mm"),
-    )
-)
 
-LAYER_FLASHINFER_FP8 = register_benchmark(
-    Benchmark(
-        name="layer_flashinfer_fp8",
-        description="the mxfp8 layer vs FlashInfer's sm90 FP8 pull layer (fp8_block; EP1, "
-                    "early weighting; FlashInfer in a worker with its CuTe DSL)",
-        cases=DEEPSEEK_CASES,
-        candidate=Arm("layer-mxfp8", MEGAMOE_MXFP8),
-        baselines=(remote_arm("flashinfer-sm90-fp8-pull", FLASHINFER_FP8_PULL),),
-        ceilings=("copy_bw", "fp8_mm"),
-    )
-)
+
+def _side_by_side(name: str, description: str, ours: Arm, theirs: Arm,
+                  matmul: str) -> Benchmark:
+    """Our arm against FlashInfer's remote arm on the DeepSeek-like cases, read against the
+    copy ceiling and the ``matmul`` rate of their recipe."""
+    return register_benchmark(Benchmark(name=name, description=description, cases=DEEPSEEK_CASES,
+                                        candidate=ours, baselines=(theirs,),
+                                        ceilings=("copy_bw", matmul)))
+
+
+LAYER_FLASHINFER_CAKE = _side_by_side(
+    "layer_flashinfer_cake",
+    "the bf16 layer vs FlashInfer's sm90 push cake (EP1, late weighting; FlashInfer in a "
+    "worker process)",
+    Arm("layer-late", MEGAMOE_LATE), remote_arm("flashinfer-sm90-cake", FLASHINFER_CAKE),
+    "bf16_mm")
+LAYER_FLASHINFER_FP8 = _side_by_side(
+    "layer_flashinfer_fp8",
+    "the mxfp8 layer vs FlashInfer's sm90 FP8 pull layer (fp8_block; EP1, early weighting; "
+    "FlashInfer in a worker with its CuTe DSL)",
+    Arm("layer-mxfp8", MEGAMOE_MXFP8), remote_arm("flashinfer-sm90-fp8-pull", FLASHINFER_FP8_PULL),
+    "fp8_mm")
