@@ -97,6 +97,11 @@ class ExchangeState:
         rank's time shows)."""
         return self.order.shape[0] * row_bytes // self.world.size
 
+    def received_by_source(self) -> torch.Tensor:
+        """``received`` as an all-to-all delivers it: each source's routes in its send order,
+        sources in rank order (a stable sort of the global order by source)."""
+        return self.received[torch.argsort(self.order[self.received, 0], stable=True)]
+
     def split_sizes(self) -> tuple[list[int], list[int]]:
         """Routes this rank sends to each rank and receives from each rank (host lists)."""
         p = self.world.size

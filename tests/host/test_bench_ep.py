@@ -6,6 +6,8 @@ multi tier (``tests/multi/test_ep_bench.py``, ``tests/multi/test_ep_exchange_ben
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from megamoe.bench.benchmarks import ep_exchange as ee
@@ -96,8 +98,7 @@ def test_achieved_bytes_per_second_of_an_exchange_arm_divide_bytes_sent() -> Non
     (got,) = rec["cases"][0]["achieved"]
     samples = [s for r in rec["cases"][0]["comparisons"][0]["rounds"] for side in (0, 1)
                for s in r["samples_s"][side]]
-    samples.sort()
-    median = (samples[len(samples) // 2 - 1] + samples[len(samples) // 2]) / 2
+    median = statistics.median(samples)
     assert got["arm"] == "push" and got["unit"] == "B/s"
     assert got["value"] == pytest.approx(src.nbytes / median)
     assert got["ceiling_value"] == rec["ceilings"][0]["value"] > 0

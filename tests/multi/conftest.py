@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.multi.ep_world import SubWorlds
+from tests.multi.ep_world import SubWorlds, shape_of
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +31,20 @@ def subworlds(world) -> SubWorlds:  # type: ignore[no-untyped-def]
     subs = SubWorlds.create(world)
     yield subs
     subs.destroy()
+
+
+@pytest.fixture
+def bench_tier(world, monkeypatch):  # type: ignore[no-untyped-def]
+    """The tier's world as the benchmarks' (``megamoe.bench.ep_world``) and the tier's shape
+    under the name ``tier`` (the benchmarks' builders read the shape from a case's name:
+    ``tier-...``), with the benchmarks' shared weights rebuilt for it; returns the world."""
+    from megamoe.bench import ep_world as bench_world
+    from megamoe.bench.benchmarks import layer as lb
+
+    s = shape_of(world)
+    monkeypatch.setitem(lb.SHAPES, "tier", lb.Shape("tier", s.hidden, s.inter, s.experts,
+                                                    s.top_k))
+    monkeypatch.setattr(bench_world, "_WORLD", [world])
+    lb._WEIGHTS.clear()
+    yield world
+    lb._WEIGHTS.clear()

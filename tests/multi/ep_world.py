@@ -149,6 +149,15 @@ class Verdict:
         assert not everything, "\n".join(everything)
 
 
+def check_failure(work) -> str | None:  # type: ignore[no-untyped-def]
+    """A benchmark workload's pre-timing check: its failure message, or None when it passes."""
+    try:
+        work.check()
+    except AssertionError as e:
+        return str(e) or "check failed"
+    return None
+
+
 @dataclass
 class SubWorlds:
     """Worlds over blocks of consecutive ranks, one per size that divides P (module

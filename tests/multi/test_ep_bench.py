@@ -8,26 +8,19 @@ from __future__ import annotations
 
 import pytest
 
-from megamoe.bench import ep_world as bench_world
 from megamoe.bench.benchmarks import ep_layer as eb
 from megamoe.bench.benchmarks import layer as lb
 from megamoe.bench.registry import BuildContext, Case
-from tests.multi.ep_world import Verdict, shape_of
+from tests.multi.ep_world import Verdict, check_failure, shape_of
 
 
 @pytest.fixture
-def tiny_case(world, monkeypatch):  # type: ignore[no-untyped-def]
-    """A case of the tier's shape, named so that the benchmark's builders find it, and the
-    tier's world as the benchmark's."""
-    s = shape_of(world)
-    monkeypatch.setitem(lb.SHAPES, "tier", lb.Shape("tier", s.hidden, s.inter, s.experts,
-                                                    s.top_k))
-    monkeypatch.setattr(bench_world, "_WORLD", [world])
-    lb._WEIGHTS.clear()
-    yield Case("tier-uniform-T12", {"tokens": 12, "hidden": s.hidden, "inter": s.inter,
-                                    "experts": s.experts, "top_k": s.top_k},
-               scenario="uniform", seed=17)
-    lb._WEIGHTS.clear()
+def tiny_case(bench_tier):  # type: ignore[no-untyped-def]
+    """A case of the tier's shape, named so that the benchmark's builders find it."""
+    s = shape_of(bench_tier)
+    return Case("tier-uniform-T12", {"tokens": 12, "hidden": s.hidden, "inter": s.inter,
+                                     "experts": s.experts, "top_k": s.top_k},
+                scenario="uniform", seed=17)
 
 
 def _ctx(world) -> BuildContext:  # type: ignore[no-untyped-def]
@@ -38,10 +31,8 @@ def test_the_ep_arm_gives_the_ep1_arms_rows(world, tiny_case) -> None:  # type: 
     verdict = Verdict()
     ep = eb.EP_LAYER.candidate.build(tiny_case, _ctx(world))
     ep1 = eb.EP_LAYER.baselines[0].build(tiny_case, _ctx(world))
-    try:
-        ep.check()
-    except AssertionError as e:
-        verdict.check(world.rank, f"the EP arm's check failed: {e}", False)
+    why = check_failure(ep)
+    verdict.check(world.rank, f"the EP arm's check failed: {why}", why is None)
     got = ep.fn().clone()
     want = ep1.fn()
     verdict.equal_bits(world.rank, "EP arm vs EP1 arm", got, want)
@@ -53,10 +44,8 @@ def test_the_stock_pytorch_ep_arm_meets_ep1_within_the_row_bound(world, tiny_cas
     verdict = Verdict()
     torch_ep = eb.EP_LAYER_TORCH.baselines[0].build(tiny_case, _ctx(world))
     ep1 = eb.EP_LAYER.baselines[0].build(tiny_case, _ctx(world))
-    try:
-        torch_ep.check()
-    except AssertionError as e:
-        verdict.check(world.rank, f"the stock-PyTorch arm's check failed: {e}", False)
+    why = check_failure(torch_ep)
+    verdict.check(world.rank, f"the stock-PyTorch arm's check failed: {why}", why is None)
     got = torch_ep.fn()
     _, ids, _ = eb._inputs(tiny_case, _ctx(world))
     verdict.judge(world.rank, "stock-PyTorch EP vs EP1", got, ep1.fn(), ids, "bf16")
@@ -81,11 +70,7 @@ def test_each_arms_check_catches_an_arm_that_reads_other_weights(
     build = {"ep-layer": eb.EP_LAYER.candidate,
              "torch-ep-layer": eb.EP_LAYER_TORCH.baselines[0]}[arm].build
     work = build(tiny_case, _ctx(world))
-    caught = False
-    try:
-        work.check()
-    except AssertionError:
-        caught = True
     verdict = Verdict()
-    verdict.check(world.rank, "the check passed arms with different weights", caught)
+    verdict.check(world.rank, "the check passed arms with different weights",
+                  check_failure(work) is not None)
     verdict.assert_clean(world)

@@ -10,12 +10,10 @@ import pytest
 import torch
 
 from megamoe.bench import ceilings
-from megamoe.bench import ep_world as bench_world
 from megamoe.bench.benchmarks import ep_exchange as ee
-from megamoe.bench.benchmarks import layer as lb
 from megamoe.bench.registry import BuildContext, Case
 from megamoe.layer.ep_exchange import EpExchange
-from tests.multi.ep_world import Verdict, shape_of
+from tests.multi.ep_world import Verdict, check_failure, shape_of
 
 ARMS = {
     "push-dispatch": ee.EP_DISPATCH.candidate,
@@ -35,13 +33,8 @@ def _case(world, recipe: str, routes: str = "uniform") -> Case:  # type: ignore[
 
 
 @pytest.fixture
-def tier(world, monkeypatch):  # type: ignore[no-untyped-def]
-    """The tier's shape under the name ``tier`` and the tier's world as the benchmark's."""
-    s = shape_of(world)
-    monkeypatch.setitem(lb.SHAPES, "tier", lb.Shape("tier", s.hidden, s.inter, s.experts,
-                                                    s.top_k))
-    monkeypatch.setattr(bench_world, "_WORLD", [world])
-    return world
+def tier(bench_tier):  # type: ignore[no-untyped-def]
+    return bench_tier
 
 
 def _ctx(world) -> BuildContext:  # type: ignore[no-untyped-def]
@@ -49,11 +42,7 @@ def _ctx(world) -> BuildContext:  # type: ignore[no-untyped-def]
 
 
 def _caught(work) -> bool:  # type: ignore[no-untyped-def]
-    try:
-        work.check()
-    except AssertionError:
-        return True
-    return False
+    return check_failure(work) is not None
 
 
 @pytest.mark.parametrize("routes", ["uniform", "skewed"])

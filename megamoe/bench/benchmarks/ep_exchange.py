@@ -154,17 +154,14 @@ def _all_to_all_arm(st: ExchangeState, send: torch.Tensor, want: torch.Tensor,
 def build_all_to_all_dispatch(case: Case, ctx: BuildContext) -> Workload:
     st = exchange_state(case, ctx, exchange=False)
     send_splits, recv_splits = st.split_sizes()
-    # what an all-to-all delivers: each source's rows in its send order, sources in rank order
-    by_src = st.received[torch.argsort(st.order[st.received, 0], stable=True)]
-    return _all_to_all_arm(st, st.wire_rows(st.sent), st.wire_rows(by_src), send_splits,
-                           recv_splits, f"{case.name} all-to-all-dispatch")
+    return _all_to_all_arm(st, st.wire_rows(st.sent), st.wire_rows(st.received_by_source()),
+                           send_splits, recv_splits, f"{case.name} all-to-all-dispatch")
 
 
 def build_all_to_all_return(case: Case, ctx: BuildContext) -> Workload:
     st = exchange_state(case, ctx, exchange=False)
     send_splits, recv_splits = st.split_sizes()
-    by_src = st.received[torch.argsort(st.order[st.received, 0], stable=True)]
-    return _all_to_all_arm(st, st.term_rows(by_src).view(torch.uint8),
+    return _all_to_all_arm(st, st.term_rows(st.received_by_source()).view(torch.uint8),
                            st.term_rows(st.sent).view(torch.uint8), recv_splits, send_splits,
                            f"{case.name} all-to-all-return")
 

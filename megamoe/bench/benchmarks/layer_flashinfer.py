@@ -29,14 +29,14 @@ keeps T in {1, 16, 256, 4096}.
 from __future__ import annotations
 
 from megamoe.bench.backend_layer import MEGAMOE_LATE, MEGAMOE_MXFP8
-from megamoe.bench.benchmarks.layer import _cases
+from megamoe.bench.benchmarks.layer import DEEPSEEK, _cases, _shape
 from megamoe.bench.registry import Arm, Benchmark, register_benchmark
 from megamoe.bench.remote import RemoteSpec, remote_arm
 
 FLASHINFER_CAKE = RemoteSpec("megamoe.bench.backend_layer:FLASHINFER_CAKE_LATE")
 FLASHINFER_FP8_PULL = RemoteSpec("megamoe.bench.backend_layer:FLASHINFER_FP8_PULL",
                                  env={"PYTHONPATH": "${MEGAMOE_FLASHINFER_DSL_PATH}"})
-DEEPSEEK_CASES = tuple(c for c in _cases() if c.name.startswith("deepseek-"))
+DEEPSEEK_CASES = tuple(c for c in _cases() if _shape(c) is DEEPSEEK)
 
 
 
