@@ -49,10 +49,20 @@ class JUnitCounts:
         )
 
 
-def _case_id(case: ET.Element) -> str:
+def case_id(case: ET.Element) -> str:
+    """A testcase's id, ``classname::name``."""
     classname = case.get("classname", "")
     name = case.get("name", "")
     return f"{classname}::{name}" if classname else name
+
+
+def case_module(case: ET.Element) -> str:
+    """The dotted module of a testcase: its classname without the test classes pytest
+    appends (``Test...``)."""
+    parts = case.get("classname", "").split(".")
+    while len(parts) > 1 and parts[-1].startswith("Test"):
+        parts.pop()
+    return ".".join(parts)
 
 
 def _skip_reason(el: ET.Element) -> str:
@@ -70,7 +80,7 @@ def parse_junit(path: Path) -> JUnitCounts:
     failed_ids: list[str] = []
     for case in root.iter("testcase"):
         tests += 1
-        cid = _case_id(case)
+        cid = case_id(case)
         if (el := case.find("error")) is not None:
             errors += 1
             failed_ids.append(f"{cid} (error: {el.get('message', '')[:200]})")
@@ -97,4 +107,4 @@ def parse_many(paths: Iterable[Path]) -> JUnitCounts:
 
 def case_ids(path: Path) -> list[str]:
     """The ids of the testcases of one report, in report order."""
-    return [_case_id(case) for case in ET.parse(path).getroot().iter("testcase")]
+    return [case_id(case) for case in ET.parse(path).getroot().iter("testcase")]

@@ -12,6 +12,9 @@ workers, then those marked ``timing`` or ``alone`` in one process (``<suite>.par
 ``<suite>.alone.*``); the suite passes only when both phases do, its counts
 are their sum, and one neighbour watch covers both (the workers are the
 suite's own descendants, not neighbours).
+
+Every pytest suite's record (each rank's in ``multi``) carries ``time_profile``
+(``tests.harness.time_profile``), and each phase its wall time.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tests.harness.junit import JUnitCounts, case_ids, parse_junit, parse_many
 from tests.harness.runner import run_process
 from tests.harness.shard import SHARD_OPTION, SHARD_PLUGIN
 from tests.harness.strict import STATUS_FAIL, STATUS_PASS, STATUS_TIMEOUT, strict_verdict
+from tests.harness.time_profile import time_profile
 from tests.harness.worlds import (
     BACKEND_ENV,
     CPU_DESELECTED,
@@ -155,10 +159,18 @@ def run_pytest_suite(suite: Suite, ctx: RunContext, env: dict[str, str] | None =
     res = run_process(cmd, cwd=ctx.root, log_path=log, timeout_s=ctx.timeout, env=_env(env or {}))
     counts = parse_junit(junit) if junit.exists() else None
     verdict = strict_verdict(f"suite {label}", res.returncode, res.timed_out, counts, ctx.timeout)
-    status, message, details = _exclusive(watch, verdict.status, verdict.message, env or {})
+    status, message, details = _exclusive(watch, verdict.status, verdict.message,
+                                          {**(env or {}), **_profile([junit])})
     return SuiteRun(suite.name, status, message, res.duration_s, res.returncode,
                     res.timed_out, (tuple(cmd),), counts.as_dict() if counts else None,
                     (_rel(ctx, junit),) if junit.exists() else (), (_rel(ctx, log),), details)
+
+
+def _profile(junits: list[Path]) -> dict[str, object]:
+    """The record's ``time_profile`` of these reports (``tests.harness.time_profile``);
+    nothing when none was written."""
+    present = [j for j in junits if j.exists()]
+    return {"time_profile": time_profile(present).as_dict()} if present else {}
 
 
 def _phase(suite: Suite, mark: str, extra: tuple[str, ...]) -> Suite:
@@ -207,8 +219,9 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
         message += "; strict: no phase selected any test"
     details = {**(env or {}), "workers": ctx.workers,
                "phases": [{"phase": f"{label}.{n}", "status": "empty" if e else r.status,
-                           "message": note, "counts": r.counts}
-                          for n, r, e, note in zip(names, runs, empty, notes, strict=False)]}
+                           "message": note, "counts": r.counts, "duration_s": r.duration_s}
+                          for n, r, e, note in zip(names, runs, empty, notes, strict=False)],
+               **_profile(junits)}
     status, message, details = _exclusive(watch, status, message, details)
     returncode = next((r.returncode for r in judged if r.returncode != 0), 0)
     return SuiteRun(suite.name, status, message, round(time.monotonic() - t0, 3), returncode,
@@ -359,7 +372,7 @@ def run_multi(suite: Suite, ctx: RunContext,
                 status = STATUS_FAIL
             message += f"; {tool}: {summary.status} ({summary.reason})"
         statuses.append(status)
-        ranks.append({**entry, "status": status, "message": message})
+        ranks.append({**entry, "status": status, "message": message, **_profile([junit])})
     present = [junit for junit, _ in paths if junit.exists()]
     total: JUnitCounts | None = parse_many(present) if present else None
     differ = same_tests_everywhere(present) if len(present) == ctx.world_size else ""

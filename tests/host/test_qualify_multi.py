@@ -109,6 +109,8 @@ def test_every_mode_runs_a_process_per_rank_with_its_own_report(tree, monkeypatc
     assert [r["returncode"] for r in suite["ranks"]] == [0, 0]
     per_rank = 2 if mode == "cpu" else 3
     assert suite["counts"]["passed"] == 2 * per_rank
+    # each rank's own time profile (its tests run beside the other ranks', so never summed)
+    assert [r["time_profile"]["tests"] for r in suite["ranks"]] == [per_rank, per_rank]
     if mode == "cpu":
         assert "cuda_graphs" in suite["deselected"] and "runs no kernel" in suite["world"]
     else:

@@ -1,0 +1,112 @@
+"""Where a suite's time goes, read from its JUnit reports.
+
+A qualification record keeps, for every pytest suite it ran, the sum of its tests'
+times, the slowest tests and the modules that took longest (``time_profile``), and each
+phase's wall time. So every GPU run also measures where the time goes (what the goal of a
+full single-GPU verdict in a few minutes is judged on): which modules and which first uses
+of a kernel (compilation happens inside the first test that launches it) dominate, and how
+far the sum of test times is above the wall time (how well the workers overlap).
+
+pytest writes each test's setup, call and teardown seconds as one ``time`` attribute; a
+test without one counts 0. ``python -m tests.harness.time_profile REPORT.xml ...`` prints
+the same profile as a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.harness.junit import case_id, case_module
+
+SLOWEST = 25
+"""How many of the slowest tests a record keeps."""
+MODULES = 20
+"""How many of the longest modules a record keeps."""
+
+
+@dataclass(frozen=True)
+class TimeProfile:
+    """The time of a set of JUnit reports: ``tests_s`` summed over every test case."""
+
+    tests: int
+    tests_s: float
+    slowest: tuple[tuple[str, float], ...]
+    """(test id, seconds), longest first, at most ``SLOWEST``."""
+    modules: tuple[tuple[str, float, int], ...]
+    """(module, seconds, tests), longest first, at most ``MODULES``."""
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "tests": self.tests,
+            "tests_s": self.tests_s,
+            "slowest": [{"test": t, "s": s} for t, s in self.slowest],
+            "modules": [{"module": m, "s": s, "tests": n} for m, s, n in self.modules],
+        }
+
+
+def _seconds(case: ET.Element) -> float:
+    try:
+        return max(0.0, float(case.get("time", "0") or 0))
+    except ValueError:
+        return 0.0
+
+
+def time_profile(paths: Iterable[Path], slowest: int = SLOWEST,
+                 modules: int = MODULES) -> TimeProfile:
+    """The profile over every test case of ``paths`` (reports that do not exist are
+    skipped: a phase that timed out may have written none)."""
+    times: list[tuple[str, float]] = []
+    per_module: dict[str, list[float]] = defaultdict(list)
+    for path in paths:
+        if not Path(path).exists():
+            continue
+        for case in ET.parse(path).getroot().iter("testcase"):
+            s = _seconds(case)
+            times.append((case_id(case), s))
+            per_module[case_module(case)].append(s)
+    longest = sorted(times, key=lambda t: (-t[1], t[0]))[:slowest]
+    mods = sorted(((m, sum(v), len(v)) for m, v in per_module.items()),
+                  key=lambda t: (-t[1], t[0]))[:modules]
+    return TimeProfile(len(times), round(sum(s for _, s in times), 3),
+                       tuple((t, round(s, 3)) for t, s in longest),
+                       tuple((m, round(s, 3), n) for m, s, n in mods))
+
+
+def format_profile(profile: TimeProfile, wall_s: float | None = None) -> str:
+    """A plain-text table of ``profile`` (and the ratio of test time to ``wall_s``)."""
+    head = f"{profile.tests} tests, {profile.tests_s:.1f} s of test time"
+    if wall_s:
+        head += f" in {wall_s:.1f} s of wall time ({profile.tests_s / wall_s:.1f}x)"
+    lines = [head, "", "modules (s, tests):"]
+    lines += [f"  {s:9.1f}  {n:5d}  {m}" for m, s, n in profile.modules]
+    lines += ["", "slowest tests (s):"]
+    lines += [f"  {s:9.1f}  {t}" for t, s in profile.slowest]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.time_profile",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("reports", nargs="+", type=Path, help="JUnit XML reports")
+    parser.add_argument("--slowest", type=int, default=SLOWEST,
+                        help="how many of the slowest tests to list")
+    parser.add_argument("--modules", type=int, default=MODULES,
+                        help="how many of the longest modules to list")
+    parser.add_argument("--wall", type=float, default=None,
+                        help="the run's wall time in seconds, to show the overlap")
+    args = parser.parse_args(argv)
+    missing = [str(p) for p in args.reports if not p.is_file()]
+    if missing:
+        parser.error(f"no such report: {', '.join(missing)}")
+    print(format_profile(time_profile(args.reports, args.slowest, args.modules), args.wall))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
