@@ -16,6 +16,7 @@ from oracle.routing import (
     RULE_DUPLICATE_ID,
     RULE_ID_OUT_OF_RANGE,
     RULE_NON_FINITE_SCORE,
+    SCORE_DTYPES,
     DispatchLayout,
     RouteViolation,
     dispatch_layout,
@@ -28,6 +29,19 @@ NAN, INF = float("nan"), float("inf")
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.uint8).clone()
+
+
+@pytest.mark.contract("s1.route-dtypes-and-layouts")
+def test_the_score_dtypes_are_the_contracts_four_everywhere() -> None:
+    """The tests draw scores from the oracle's list, so the list itself is checked against
+    the contract's text: float16, bfloat16, float32, float64, in the oracle, the
+    validation of every kernel path and the layer."""
+    from megamoe import validation
+    from megamoe.layer import moe_layer
+
+    contract = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    for listed in (SCORE_DTYPES, validation.SCORE_DTYPES, moe_layer.SCORE_DTYPES):
+        assert listed == contract
 
 
 # ---------------------------------------------------------------- find_route_violations

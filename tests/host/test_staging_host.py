@@ -17,9 +17,10 @@ from megamoe.staging import StageFormat, StagingWorkspace, stage, warmup
 from megamoe.staging import constants as mc
 from megamoe.validation import validate_stage_inputs
 from oracle import formats as of
-from oracle.routing import find_route_violations
+from oracle.routing import SCORE_DTYPES, find_route_violations
 from tests.single.test_staging_helpers import (
     LAYOUTS,
+    STAGE_FORMATS,
     boundary_cases,
     boundary_routes,
     fill_guards,
@@ -34,20 +35,6 @@ from tests.single.test_staging_helpers import (
     snapshot,
     unchanged,
 )
-
-ALL_FORMATS = (
-    StageFormat("bf16"),
-    StageFormat("mxfp8", "e4m3", "rceil"),
-    StageFormat("mxfp8", "e4m3", "floor"),
-    StageFormat("mxfp8", "e5m2", "rceil"),
-    StageFormat("mxfp8", "e5m2", "floor"),
-    StageFormat("nvfp4"),
-    StageFormat("safe_fp8"),
-    StageFormat("mxfp8_prequant", "e4m3"),
-    StageFormat("mxfp8_prequant", "e5m2"),
-    StageFormat("nvfp4_prequant"),
-)
-SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _ws(fmt, c=16, k=4, h=64, device="cpu", guard=64, check=True, monkeypatch=None):
@@ -86,7 +73,7 @@ def test_constants_match_the_oracle():
 # ---------------------------------------------------------------- workspace
 
 
-@pytest.mark.parametrize("fmt", ALL_FORMATS, ids=lambda f: f.key)
+@pytest.mark.parametrize("fmt", STAGE_FORMATS, ids=lambda f: f.key)
 def test_workspace_regions_are_aligned_disjoint_and_guarded(fmt):
     ws = StagingWorkspace.create(33, 5, 96, fmt, guard_bytes=32)
     spans = sorted((r.offset, r.offset + r.nbytes, r.name) for r in ws.regions.values())
@@ -305,7 +292,7 @@ def test_torch_path_judges_every_boundary_value_on_the_callers_dtype(id_dtype, s
 # safe FP8 rows must be finite: its non-finite rows are tested as route errors below
 FORMAT_REGIMES = [
     pytest.param(f, r, id=f"{f.key}-{r}")
-    for f in ALL_FORMATS
+    for f in STAGE_FORMATS
     for r in ("normal", "tiny", "boundary", "special")
     if not (f.kind == "safe_fp8" and r == "special")
 ]

@@ -22,12 +22,12 @@ from oracle.routing import (
     RULE_DUPLICATE_ID,
     RULE_ID_OUT_OF_RANGE,
     RULE_NON_FINITE_SCORE,
+    SCORE_DTYPES,
     dispatch_layout,
     find_route_violations,
     stage_routes,
 )
 
-SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 CANONICAL_NAN = 0x7FC00000  # float32 bits of a staged NaN score (docs/contract.md v2 s3)
 BIG_INT64_IDS = (2**31, 2**32, 2**32 + 1, -(2**32), -(2**32) - 1, 2**63 - 1, -(2**63))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from megamoe import RouteError
 from megamoe.staging import StageFormat, StagingWorkspace, stage, warmup
-from oracle.routing import find_route_violations
+from oracle.routing import SCORE_DTYPES, find_route_violations
 from tests.single.test_staging_helpers import (
     LAYOUTS,
     layout,
@@ -33,7 +33,6 @@ pytestmark = pytest.mark.gpu
 
 ROUTE_REGIONS = ("ids", "scores", "row_code", "bad_id", "bad_score", "status")
 ID_DTYPES = (torch.int32, torch.int64)
-SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _wild_routes(seed, t, k, e, id_dtype, score_dtype, bad_frac):

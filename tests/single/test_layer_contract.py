@@ -22,7 +22,7 @@ from megamoe.backends.registry import selected_name
 from megamoe.graphs import capture
 from oracle.moe_config import MoEConfig
 from oracle.recipes import CONTRACT_RECIPES
-from oracle.routing import find_route_violations
+from oracle.routing import SCORE_DTYPES, find_route_violations
 from tests.harness.backend_plugin import OPTION
 from tests.layer_check import (
     build_layer,
@@ -47,7 +47,6 @@ from tests.single.layer_cases import (
 )
 
 ID_DTYPES = (torch.int32, torch.int64)
-SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 REPLAY_VARIANTS = {"default": (None, None), "late-clamp": ("late", 4.0)}

@@ -12,12 +12,26 @@ from dataclasses import dataclass
 
 import torch
 
+from megamoe.workspace import StageFormat
 from oracle import formats as of
 from oracle.routing import stage_routes
 
 GUARD_BYTE = 0xA5
 GUARD_BYTES = 64
 NON_FINITE = (float("nan"), float("inf"), float("-inf"))
+STAGE_FORMATS = (
+    StageFormat("bf16"),
+    StageFormat("mxfp8", "e4m3", "rceil"),
+    StageFormat("mxfp8", "e4m3", "floor"),
+    StageFormat("mxfp8", "e5m2", "rceil"),
+    StageFormat("mxfp8", "e5m2", "floor"),
+    StageFormat("mxfp8_prequant", "e4m3"),
+    StageFormat("mxfp8_prequant", "e5m2"),
+    StageFormat("nvfp4_prequant"),
+    StageFormat("nvfp4"),
+    StageFormat("safe_fp8"),
+)
+"""Every staging format the tests cover: each MXFP8 element with each scale mode."""
 
 
 def bytes_of(t: torch.Tensor) -> torch.Tensor:

@@ -14,9 +14,10 @@ from megamoe.graphs import capture
 from megamoe.route_check_setting import ENV_VAR
 from megamoe.staging import StageFormat, StagingWorkspace, check_errors, stage, warmup
 from oracle import formats as of
-from oracle.routing import find_route_violations
+from oracle.routing import SCORE_DTYPES, find_route_violations
 from tests.single.test_staging_helpers import (
     LAYOUTS,
+    STAGE_FORMATS,
     boundary_cases,
     boundary_routes,
     fill_guards,
@@ -32,21 +33,8 @@ from tests.single.test_staging_helpers import (
     unchanged,
 )
 
-KERNEL_FORMATS = (
-    StageFormat("bf16"),
-    StageFormat("mxfp8", "e4m3", "rceil"),
-    StageFormat("mxfp8", "e4m3", "floor"),
-    StageFormat("mxfp8", "e5m2", "rceil"),
-    StageFormat("mxfp8", "e5m2", "floor"),
-    StageFormat("mxfp8_prequant", "e4m3"),
-    StageFormat("mxfp8_prequant", "e5m2"),
-    StageFormat("nvfp4_prequant"),
-    StageFormat("nvfp4"),
-    StageFormat("safe_fp8"),
-)
-QUANT_FORMATS = tuple(f for f in KERNEL_FORMATS if f.quantizes)
+QUANT_FORMATS = tuple(f for f in STAGE_FORMATS if f.quantizes)
 GLOBAL_SCALES = (1.0, 0.37, 1e-3, 3.0, 2.0**-20)
-SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 HIDDEN = (32, 64, 96, 160, 1024, 4096, 7168, 16384)
 
 
@@ -69,7 +57,7 @@ def _ws(fmt, c, k, h, dev, id_dtype, score_dtype):
 
 @pytest.mark.contract("s1.hidden-formats", "s1.route-dtypes-and-layouts", "s2.masked-any-score", "s3.live-rows-staged", "s3.no-stray-writes", "s3.payload-bytes", "s4.mx-special-blocks", "s4.nvfp4", "s8.bitwise-stages")
 @given(
-    fmt=st.sampled_from(KERNEL_FORMATS),
+    fmt=st.sampled_from(STAGE_FORMATS),
     h=st.sampled_from(HIDDEN),
     c=st.integers(1, 4096),
     t_frac=st.floats(0.0, 1.0),
@@ -236,7 +224,7 @@ def _staged_as_given(ws, ids, w, t: int) -> bool:  # type: ignore[no-untyped-def
 
 
 @pytest.mark.contract("s2.check-routes-switch", "s3.live-rows-staged", "s3.nan-score-canonical")
-@pytest.mark.parametrize("fmt", KERNEL_FORMATS, ids=lambda f: f.key)  # every format
+@pytest.mark.parametrize("fmt", STAGE_FORMATS, ids=lambda f: f.key)  # every format
 @pytest.mark.mega_sm107("masked-routes")
 def test_checks_off_kernel_stages_without_error(cuda_device, monkeypatch, fmt):
     """MEGAMOE_CHECK_ROUTES=0 at warmup: every staging kernel stages bad routes (out of range,
@@ -254,7 +242,7 @@ def test_checks_off_kernel_stages_without_error(cuda_device, monkeypatch, fmt):
 
 
 @pytest.mark.contract("s2.check-routes-switch")
-@pytest.mark.parametrize("fmt", KERNEL_FORMATS, ids=lambda f: f.key)  # every format
+@pytest.mark.parametrize("fmt", STAGE_FORMATS, ids=lambda f: f.key)  # every format
 @pytest.mark.mega_sm107("masked-routes")
 def test_the_setting_is_read_at_capture_and_kept_by_every_replay(cuda_device, monkeypatch,
                                                                  fmt):
@@ -423,7 +411,7 @@ def test_sanitizer_case_staging_small(cuda_device):
     process per tool, so one test): per format a clean call, a shrink, then bad routes."""
     gen = torch.Generator().manual_seed(21)
     c, k, e, h = 8, 2, 6, 64
-    for fmt in KERNEL_FORMATS:
+    for fmt in STAGE_FORMATS:
         ws = _ws(fmt, c, k, h, cuda_device, torch.int64, torch.float32)
         for t in (c, 3):
             hidden, scales = _inputs(gen, fmt, t, h, cuda_device)
@@ -438,7 +426,7 @@ def test_sanitizer_case_staging_small(cuda_device):
         assert ws.last_path == "kernel"
 
 
-@pytest.mark.parametrize("fmt", KERNEL_FORMATS, ids=lambda f: f.key)
+@pytest.mark.parametrize("fmt", STAGE_FORMATS, ids=lambda f: f.key)
 @pytest.mark.mega_sm107("staging-tails")
 @pytest.mark.mega_sm90_mxfp4("fallback")
 def test_hidden_rows_not_16_byte_aligned_take_the_element_variant_and_match(cuda_device, fmt):
