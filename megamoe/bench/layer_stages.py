@@ -79,13 +79,17 @@ def profile_case(tokens: int, routes: str, calls: int, samples: int, recipe: str
     return result
 
 
-def render(results: Sequence[dict]) -> str:
+def render(results: Sequence[dict],
+           extra: tuple[str, Callable[[dict], str]] | None = None) -> str:
+    """A markdown table of each case's median per stage in us, with an ``extra`` column
+    (its header and its cell of a result) after the case where given."""
     names = list(results[0]["median_s"]) if results else []
-    lines = ["| case | " + " | ".join(f"{n} (us)" for n in names) + " |",
-             "|---|" + "---|" * len(names)]
+    head = ["case", *([extra[0]] if extra else []), *(f"{n} (us)" for n in names)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
-        vals = " | ".join(f"{r['median_s'][n] * 1e6:.1f}" for n in names)
-        lines.append(f"| {r['case']} | {vals} |")
+        cells = [r["case"], *([extra[1](r)] if extra else []),
+                 *(f"{r['median_s'][n] * 1e6:.1f}" for n in names)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -28,6 +28,7 @@ import torch
 
 from megamoe.bench.benchmarks.layer import SHAPES
 from megamoe.bench.layer_stages import _time_graph
+from megamoe.bench.layer_stages import render as render_stages
 
 _WEIGHTS: dict[tuple, object] = {}
 """The last shape's weights per GEMM, kept across ``--tokens`` (DeepSeek FC1 MXFP4 alone is
@@ -128,13 +129,9 @@ def profile(kind: str, shape: str, tokens: int, config_names: Sequence[str], cal
 
 
 def render(results: Sequence[dict]) -> str:
-    names = list(results[0]["median_s"]) if results else []
-    lines = ["| case | experts x rows | " + " | ".join(f"{n} (us)" for n in names) + " |",
-             "|---|---|" + "---|" * len(names)]
-    for r in results:
-        vals = " | ".join(f"{r['median_s'][n] * 1e6:.1f}" for n in names)
-        lines.append(f"| {r['case']} | {r['experts']} x {r['rows_per_expert']} | {vals} |")
-    return "\n".join(lines) + "\n"
+    """``layer_stages.render`` with the active experts and rows per expert of each case."""
+    return render_stages(results, ("experts x rows",
+                                   lambda r: f"{r['experts']} x {r['rows_per_expert']}"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
