@@ -200,8 +200,13 @@ def test_prequantized_hidden_ranks_match_bf16_hidden_ranks():
 
 
 def test_docs_oracle_example_runs():
-    """The runnable example of docs/oracle.md stays runnable."""
+    """The runnable example of docs/oracle.md stays runnable, and what it shows holds: its
+    stand-in kernel meets the tolerance and its EP world equals the single rank bitwise (the
+    example asserts both itself; read back here so that an edit dropping them fails)."""
     doc = (Path(__file__).resolve().parents[2] / "docs" / "oracle.md").read_text()
     start = doc.index("```python\n") + len("```python\n")
     code = doc[start : doc.index("```", start)]
-    exec(compile(code, "docs/oracle.md", "exec"), {"__name__": "docs_oracle_example"})
+    ns: dict = {"__name__": "docs_oracle_example"}
+    exec(compile(code, "docs/oracle.md", "exec"), ns)
+    assert 0 < ns["worst"] <= ns["tol"]
+    assert same_bits(torch.cat(ns["outs"]), ns["reference"])
