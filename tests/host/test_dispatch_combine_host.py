@@ -204,6 +204,27 @@ def test_torch_combine_equals_oracle_bitwise_and_leaves_rows_beyond_t(
     assert torch.equal(ids, i0)
 
 
+@pytest.mark.contract("s6.combine-slot-order")
+@pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
+def test_torch_combine_adds_active_slots_in_slot_order_from_positive_zero(id_dtype) -> None:  # type: ignore[no-untyped-def]
+    # Random bf16 terms rarely tell summation orders apart (their float32 sums are mostly
+    # exact), so the order is pinned by hand. Row 0, in slot order: 0 + 1 = 1; 1 + 2**-24 is
+    # a float32 tie -> 1 (twice); 1 + 2**-8 is exact, a bf16 tie -> 1.0. Summed last slot
+    # first it would be 2**-8 + 2**-23 + 1, exact in float32, above the bf16 tie -> 1 + 2**-7.
+    # Row 1 is row 0's slots reversed: 1 + 2**-8 + 2**-23 in slot order -> 1 + 2**-7. Row 2
+    # is row 0 with a masked NaN slot in between, which must neither add nor break the order.
+    a, b, c = 2.0**-24, 2.0**-8, float("nan")
+    terms = torch.tensor([[[1.0], [a], [a], [b], [0.0]],
+                          [[b], [a], [a], [1.0], [0.0]],
+                          [[1.0], [c], [a], [a], [b]]], dtype=torch.bfloat16)
+    ids = torch.tensor([[0, 1, 2, 3, -1], [0, 1, 2, 3, -1], [4, -1, 5, 6, 7]], dtype=id_dtype)
+    want = torch.tensor([[1.0], [1.0 + 2**-7], [1.0]], dtype=torch.bfloat16)
+    out = torch.full((3, 1), float("nan"), dtype=torch.bfloat16)
+    assert combine_plan(terms, ids, out, 3) == PLAN_TORCH
+    masked_combine(terms, ids, out, 3)
+    assert_bits_equal(out, want)
+
+
 def test_planted_combine_bug_adding_masked_slots_is_caught() -> None:
     terms, ids = _combine_case(7, 16, 4, 8, 0.5, torch.int32)
     want = oracle_combine(terms, ids)
