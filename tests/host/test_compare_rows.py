@@ -50,6 +50,20 @@ def test_every_failing_row_is_named_not_only_the_first() -> None:
     assert any("0, 3, 5" in p for p in report.problems)
 
 
+@pytest.mark.contract("s8.row-tolerance")
+def test_each_row_is_measured_against_its_own_norm() -> None:
+    """Row 1 is 1000x smaller than the others and 10 % off (bf16's bound is 1 %): against
+    its own norm its error is 0.1, against the whole output's about 1e-4. It must fail; the
+    other rows are exact."""
+    got, want, ids = _case()
+    want[1] = (want[1].float() * 1e-3).bfloat16()
+    got[1] = (want[1].float() * 1.1).bfloat16()
+    report = compare_rows(got, want, ids, "bf16")
+    assert report.failing_rows == (1,)
+    assert report.worst_row_rel_l2 == pytest.approx(0.1, rel=0.05)
+    assert report.total_rel_l2 < 1e-3  # the whole output alone would have passed
+
+
 @pytest.mark.parametrize(("args", "name"), [
     ((torch.zeros(T, H, dtype=torch.float32), None, None), "got.dtype"),
     ((None, torch.zeros(T, H, dtype=torch.float64), None), "want.dtype"),

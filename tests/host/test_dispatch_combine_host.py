@@ -223,6 +223,7 @@ def test_torch_combine_adds_active_slots_in_slot_order_from_positive_zero(id_dty
     assert combine_plan(terms, ids, out, 3) == PLAN_TORCH
     masked_combine(terms, ids, out, 3)
     assert_bits_equal(out, want)
+    assert_bits_equal(oracle_combine(terms, ids), want)  # the oracle keeps the order too
 
 
 def test_planted_combine_bug_adding_masked_slots_is_caught() -> None:

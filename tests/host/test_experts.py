@@ -317,22 +317,30 @@ def test_known_answer_nvfp4_from_hand_packed_weights():
 def test_known_answer_clamp_limits_gate_above_and_up_both_sides():
     """bf16, c = 32. Token 0 -> expert 0: gate 64 -> 32, up 64 -> 32: act = 1024 (sigmoid(32)
     is 1.0), h2 = 1024 * 2**-10 = 1. Token 1 -> expert 1: gate 64 -> 32, up -64 -> -32,
-    h2 = -1024 * 2**-10 = -1. Without the clamp: 4096 * 2**-10 = 4 and -4."""
+    h2 = -1024 * 2**-10 = -1. Without the clamp: 4096 * 2**-10 = 4 and -4.
+    Token 2 -> expert 2: gate -64 is not clamped from below (``min(gate, c)``), up 1:
+    act = silu(-64) = -64 / (1 + e**64), of magnitude below 2**-80, h2 = act * 2**40 below
+    2**-40; a gate clamped to -32 would give silu(-32) * 2**40, about -0.45."""
     w13, w2 = torch.zeros(E, 2 * INTER, H), torch.zeros(E, H, INTER)
     for e in (0, 1):
         w13[e, e, 0] = 32.0
         w13[e, INTER + e, 0] = 32.0 if e == 0 else -32.0
         w2[e, OUT_COL[e], e] = 2.0**-10
-    hidden = torch.zeros(2, H, dtype=torch.bfloat16)
+    w13[2, 2, 0], w13[2, INTER + 2, 0], w2[2, OUT_COL[2], 2] = -32.0, 0.5, 2.0**40
+    hidden = torch.zeros(3, H, dtype=torch.bfloat16)
     hidden[:, 0] = 2.0
-    ids = torch.tensor([[0, -1], [1, -1]])
-    scores = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    ids = torch.tensor([[0, -1], [1, -1], [2, -1]])
+    scores = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
     for clamp, value in ((32.0, 1.0), (None, 4.0)):
         config = MoEConfig("bf16", E, K, H, INTER, clamp=clamp)
         out = moe_forward(hidden, ids, scores, prepare_weights(w13, w2, config), config)
         want = torch.zeros(2, H, dtype=torch.bfloat16)
         want[0, OUT_COL[0]], want[1, OUT_COL[1]] = value, -value
-        assert same_bits(out, want), clamp
+        assert same_bits(out[:2], want), clamp
+        below = float(out[2, OUT_COL[2]])
+        assert -(2.0**-40) < below < 0, (clamp, below)
+        assert same_bits(out[2].clone().index_fill_(0, torch.tensor([OUT_COL[2]]), 0),
+                         torch.zeros(H, dtype=torch.bfloat16)), clamp
 
 
 def _weighting_case(late: bool) -> torch.Tensor:
