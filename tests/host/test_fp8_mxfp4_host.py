@@ -45,6 +45,25 @@ def test_mxfp4_quantizer_matches_the_oracle_byte_for_byte() -> None:
     assert same_bits(got.codes, codes) and same_bits(got.scales, sbytes)
 
 
+@pytest.mark.contract("s4.mxfp4")
+def test_mxfp4_block_whose_d_is_2_pow_minus_127_gets_byte_0() -> None:
+    """docs/contract.md s4 MXFP4 (the MXFP8 rceil rule with fmax 6): a block with ``amax = 6 *
+    2**-127`` (1.5 * 2**-125) has ``d = amax / 6 = 2**-127`` exactly, a subnormal float32
+    power of two, so ``e = -127``: byte 0x00 and codes ``e2m1(x * 2**127)`` (ml_dtypes, ties
+    to even; code 0 unsigned). An exact ceil(log2) that adds one at subnormal powers of two
+    gives byte 0x01 and codes of half the values."""
+    pattern = [1.0, -0.5, 0.25, 0.375, -0.75, 0.875, 0.0, -0.125] * 4
+    block = torch.tensor([6.0 * 2.0**-127 * k for k in pattern], dtype=torch.float64)
+    w = torch.stack([block, -block]).view(1, 2, 32)
+    codes = (w.numpy() * 2.0**127).astype(ml_dtypes.float4_e2m1fn).view("uint8") & 0x0F
+    codes[(codes & 0x07) == 0] = 0
+    want = torch.from_numpy(codes[..., 0::2] | codes[..., 1::2] << 4)
+    assert int(want[0, 0, 0]) == 0xD7  # 6 (code 7) low, -3 (code 8 | 5) high: by hand
+    got = quantize_mxfp4(w.float())
+    assert got.scales.tolist() == [[[0x00], [0x00]]]
+    assert torch.equal(got.codes, want)
+
+
 def test_mxfp4_dequant_matches_the_oracle_for_every_code_and_byte() -> None:
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).repeat(256, 1)[:, :128]
     codes = torch.cat([codes, codes.flip(1)], 1).contiguous()  # every byte, both nibbles

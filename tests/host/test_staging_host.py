@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 
+import ml_dtypes
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -316,6 +318,108 @@ def test_torch_path_matches_oracle_bitwise(fmt, regime):
     assert mismatches(ws, exp, t) == []
     assert guards_intact(ws)
     assert unchanged(before, hidden, ids, w, scales)
+
+
+# ---------------------------------------------------------------- format steps at their edges
+
+
+def _stage_one_row(fmt: StageFormat, row: torch.Tensor, path: str, global_scale: float = 1.0
+                   ) -> tuple[list[int], list[int]]:
+    """(payload bytes, scale bytes) of one bf16 row, staged on the Torch path or quantized by
+    the oracle."""
+    x = row.to(torch.bfloat16).view(1, -1)
+    if path == "oracle":
+        if fmt.kind == "nvfp4":
+            payload, scales = of.quantize_nvfp4(x, global_scale)
+        else:
+            payload, scales = of.quantize_mxfp8(x, elem=fmt.elem, mode=fmt.mode)
+        return (payload.view(torch.uint8).flatten().tolist(),
+                scales.view(torch.uint8).flatten().tolist())
+    ws = _ws(fmt, c=4, k=1, h=x.shape[1])
+    stage(ws, x, torch.zeros(1, 1, dtype=torch.int64), torch.ones(1, 1), num_experts=1,
+          global_scale=global_scale, path="torch")
+    blocks = x.shape[1] // (mc.NVFP4_BLOCK if fmt.kind == "nvfp4" else mc.MX_BLOCK)
+    return (ws.payload[:1].view(torch.uint8).flatten().tolist(),
+            ws.scales[:1].view(torch.uint8).flatten().tolist()[:blocks])
+
+
+_F32 = np.float32
+
+
+def _nvfp4_reference(x: np.ndarray, g: float, *, fold_scale: bool = False,
+                     fold_multiplier: bool = False) -> tuple[list[int], list[int]]:
+    """docs/contract.md s4 NVFP4 written out in numpy float32 (each step one correctly rounded
+    IEEE operation) with ml_dtypes' E4M3 and E2M1 casts (nearest, ties to even): (packed
+    bytes, scale bytes) of float32 ``x`` in blocks of 16. ``fold_scale`` / ``fold_multiplier``
+    give the near misses ``amax / (6 * g)`` and ``1 / (g * s)`` (one rounding fewer)."""
+    gf = _F32(g)
+    scale_bytes, codes = [], []
+    for blk in x.astype(_F32).reshape(-1, 16):
+        amax = np.abs(blk).max()
+        s_pre = amax / (_F32(6) * gf) if fold_scale else (amax / _F32(6)) / gf
+        s8 = np.array(np.clip(s_pre, _F32(2.0**-6), _F32(448)), dtype=_F32).astype(
+            ml_dtypes.float8_e4m3fn)
+        s = s8.astype(_F32)
+        r = _F32(1) / (gf * s) if fold_multiplier else (_F32(1) / gf) / s
+        c = np.clip(blk * r, _F32(-6), _F32(6)).astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+        c = c & 0x0F
+        c[(c & 0x07) == 0] = 0  # code 0 never carries a sign
+        scale_bytes.append(int(s8.view(np.uint8)))
+        codes += c.tolist()
+    return [lo | hi << 4 for lo, hi in zip(codes[0::2], codes[1::2], strict=True)], scale_bytes
+
+
+@pytest.mark.contract("s4.nvfp4")
+@pytest.mark.parametrize("path", ["torch", "oracle"])
+def test_nvfp4_takes_the_contracts_float32_steps_in_their_order(path):
+    """docs/contract.md s4 NVFP4: ``s = e4m3((amax / 6) / g)`` and ``r = (1 / g) / s``, one
+    float32 rounding per step, in that order. With ``g = 0.7`` two blocks tell each step from
+    its fold into one rounding:
+
+    - amax 0.8203125: ``(amax / 6) / g`` is exactly 0.1953125, the E4M3 tie between 0.1875
+      and 0.203125, so ``s = 0.1875`` (byte 0x24, the even one); ``amax / (6 * g)`` lands
+      just above the tie (0.203125, byte 0x25);
+    - amax 7 (``s = 1.625``, byte 0x3D): ``2.84375 * r`` is exactly the E2M1 tie 2.5, code 4
+      (2.0, the even one); with ``r = 1 / (g * s)`` it lands just above it, code 5.
+
+    Blocks 2 and 3 are blocks 0 and 1 negated. The expected bytes come from a numpy float32
+    model of the contract's formula (``_nvfp4_reference``), never from the code under test."""
+    b0 = [0.8203125, -0.5, 0.25, 0.375, -0.125, 0.0625, 0.8125, -0.40625] + [0.0] * 8
+    b1 = [7.0, 1.421875, 2.84375, 5.6875, -2.84375, -1.421875, 0.5, 3.25] + [0.0] * 8
+    row = torch.tensor(b0 + b1 + [-v for v in b0 + b1])
+    assert torch.equal(row.to(torch.bfloat16).float(), row)  # every value exact in bf16
+    want_packed, want_scales = _nvfp4_reference(row.numpy(), 0.7)
+    assert want_scales == [0x24, 0x3D, 0x24, 0x3D]  # by hand, above
+    assert (want_packed[9] & 0x0F, want_packed[25] & 0x0F) == (4, 12)  # +-2.84375: +-2.0
+    # the near misses give other bytes: the blocks tell the order apart
+    assert _nvfp4_reference(row.numpy(), 0.7, fold_scale=True)[1][0] == 0x25
+    assert _nvfp4_reference(row.numpy(), 0.7, fold_multiplier=True)[0][9] != want_packed[9]
+    got_packed, got_scales = _stage_one_row(StageFormat("nvfp4"), row, path, global_scale=0.7)
+    assert got_scales == want_scales
+    assert got_packed == want_packed
+
+
+@pytest.mark.contract("s4.mxfp8-rceil")
+@pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("path", ["torch", "oracle"])
+def test_a_block_whose_d_is_2_pow_minus_127_gets_byte_0(elem, path):
+    """docs/contract.md s4 rceil, subnormal ``d`` included: a block with ``amax = fmax *
+    2**-127`` (1.75 * 2**-119 for E4M3, 1.75 * 2**-112 for E5M2, both bf16) has ``d = amax /
+    fmax = 2**-127`` exactly, a subnormal float32 power of two, so ``e = ceil(log2(d)) =
+    -127``: byte 0x00 and payload ``sat_cast(x * 2**127)`` (the amax element becomes
+    ``fmax``). An exact ceil(log2) that adds one at subnormal powers of two gives byte 0x01
+    and half the payload."""
+    fmax = {"e4m3": 448.0, "e5m2": 57344.0}[elem]
+    np_dtype = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}[elem]
+    pattern = [1.0, -0.5, 0.25, 0.375, -0.75, 0.875, 0.0, -0.125] * 4
+    block = [fmax * 2.0**-127 * k for k in pattern]  # float64, exact
+    row = torch.tensor(block + [-v for v in block], dtype=torch.float64)
+    assert torch.equal(row.to(torch.bfloat16).double(), row)  # every value exact in bf16
+    want_payload = (row.numpy() * 2.0**127).astype(np_dtype).view(np.uint8).tolist()
+    assert want_payload[0] == {"e4m3": 0x7E, "e5m2": 0x7B}[elem]  # fmax, by hand
+    payload, scales = _stage_one_row(StageFormat("mxfp8", elem, "rceil"), row, path)
+    assert scales == [0x00, 0x00]
+    assert payload == want_payload
 
 
 @pytest.mark.contract("s1.route-dtypes-and-layouts", "s2.masked-any-score", "s3.live-rows-staged")
