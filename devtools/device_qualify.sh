@@ -10,6 +10,11 @@
 #   every rank's process under that tool
 #   run(command="bash devtools/device_qualify.sh seed mega_sm107", ...): a seeds' named suite
 #   (its single, multi and sanitize parts in one record; MEGAMOE_SEED_TIMEOUT s per part)
+#   run(command="bash devtools/device_qualify.sh gpu", ...): `single` and the four sanitizer
+#   tools in one record, the tools beside single's xdist phase (--sanitizers-beside), to
+#   measure the whole single-GPU verdict's wall time (MEGAMOE_GPU_TIMEOUT s per suite,
+#   default 560: the whole suite may not fit one device call, the record's time_profile
+#   still says where the time went)
 # A call returns at most 8 files from $OUT; qualify.py writes one log and one JUnit report
 # per suite or sanitized case (the sanitize suite about 25 per tool), so everything is
 # written under /tmp and $OUT gets: records/<suggested_record_name> (the records to commit
@@ -28,7 +33,7 @@
 # under MEGAMOE_SANITIZE_TIMEOUT s (default 420; session 32: racecheck passed 280 s with 15
 # cases, the other three finished inside it).
 set -u
-what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P]}
+what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P] | gpu}
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
@@ -73,7 +78,13 @@ case "$what" in
       --timeout "${MEGAMOE_SEED_TIMEOUT:-500}" --output-dir "$Q/$name" > "$Q/$name.log" 2>&1
     echo "$name rc=$?" >> "$Q/rc.txt"
     tag=$name ;;
-  *) echo "unknown: $what (single, sanitize, multi or seed)"; exit 2 ;;
+  gpu)
+    python3 qualify.py --suite gpu --sanitizers-beside --require-arch sm_90 \
+      --workers "${MEGAMOE_SINGLE_WORKERS:-12}" --timeout "${MEGAMOE_GPU_TIMEOUT:-560}" \
+      --output-dir "$Q/gpu" > "$Q/gpu.log" 2>&1
+    echo "gpu rc=$?" >> "$Q/rc.txt"
+    tag=gpu ;;
+  *) echo "unknown: $what (single, sanitize, multi, seed or gpu)"; exit 2 ;;
 esac
 for rec in "$Q"/*/qualification.json; do
   [ -f "$rec" ] || continue

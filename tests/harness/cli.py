@@ -46,6 +46,9 @@ class QualifyArgs:
     moe_backend: str | None = None
     """``--moe-backend``: the MegaMoE the contract tests judge (``megamoe.backends``), or
     None: ``$MEGAMOE_MOE_BACKEND``, else ``megamoe``."""
+    sanitizers_beside: bool = False
+    """``--sanitizers-beside`` (``--suite gpu``): the sanitizer tools run beside ``single``'s
+    xdist phase instead of after the whole suite (``tests.harness.suite_run.run_split``)."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -64,6 +67,7 @@ class QualifyArgs:
             "mutants": str(self.mutants) if self.mutants else None,
             "mutant_tiers": list(self.mutant_tiers),
             "moe_backend": self.moe_backend,
+            "sanitizers_beside": self.sanitizers_beside,
         }
 
 
@@ -116,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--mutant-tiers", default="host", metavar="T[,T]",
                     help="--suite mutants: the tiers that judge each mutant (host, property, "
                     "single; single needs a GPU; default host)")
+    ap.add_argument("--sanitizers-beside", action="store_true",
+                    help="--suite gpu with --workers > 1: run the four sanitizer tools beside "
+                    "single's xdist phase (which holds no timing test), then single's timing and "
+                    "alone tests with the GPU alone; the neighbour watch covers that last phase")
     ap.add_argument("--check-ledger", action="store_true",
                     help="CI gate: kernel sources must have a passing committed GPU record")
     return ap
@@ -154,6 +162,10 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
                  f"{ns.mutant_tiers!r}")
     if ns.mutants is not None and ns.suite != "mutants":
         ap.error(f"--mutants: only for --suite mutants, got --suite {ns.suite}")
+    if ns.sanitizers_beside and (ns.suite != "gpu" or ns.workers < 2):
+        ap.error("--sanitizers-beside: only for --suite gpu with --workers 2 or more (the "
+                 f"tools run beside single's xdist phase), got --suite {ns.suite} --workers "
+                 f"{ns.workers}")
     return QualifyArgs(ns.suite, ns.output_dir, ns.world_size, ns.mode, ns.filter, ns.timeout,
                        ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers, shard,
-                       ns.backend, ns.mutants, tiers, ns.moe_backend)
+                       ns.backend, ns.mutants, tiers, ns.moe_backend, ns.sanitizers_beside)

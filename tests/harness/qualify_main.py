@@ -62,6 +62,8 @@ from tests.suites import (
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_PREFLIGHT = 2
+Runner = Callable[..., SuiteRun]
+"""``run(name, tool[, beside])``: one step of the plan (``beside``: ``RunContext.beside``)."""
 
 
 def planned_runs(args: QualifyArgs) -> list[tuple[str, str | None]]:
@@ -81,19 +83,37 @@ def planned_runs(args: QualifyArgs) -> list[tuple[str, str | None]]:
     return [(str(args.suite), None)]
 
 
-def execute(plan: Sequence[tuple[str, str | None]],
-            run: Callable[[str, str | None], SuiteRun]) -> list[SuiteRun]:
+def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
+            sanitizers_beside: bool = False) -> list[SuiteRun]:
     """Run the plan in order, except that consecutive sanitizer runs start together (they
     may share the GPU, and together take about as long as one) after everything before them
     has finished: ``single`` and ``multi`` hold timing tests and need the GPU alone
-    (``Suite.exclusive_gpu``). Results come back in plan order."""
+    (``Suite.exclusive_gpu``). With ``sanitizers_beside`` (``--sanitizers-beside``) the
+    sanitizer runs that follow ``single`` start with its xdist phase instead, and its timing
+    phase waits for them (``suite_run.run_split``). Results come back in plan order."""
     runs: list[SuiteRun] = []
     i = 0
     while i < len(plan):
-        j = i
+        j = i + 1 if plan[i] == ("single", None) and sanitizers_beside else i
         while j < len(plan) and plan[j][0] == "sanitize":
             j += 1
-        if j - i > 1:
+        if plan[i] == ("single", None) and j - i > 1:
+            tools = plan[i + 1:j]
+            done: list[SuiteRun] = []
+
+            def sanitizers(tools: Sequence[tuple[str, str | None]] = tools,
+                           done: list[SuiteRun] = done) -> None:
+                with ThreadPoolExecutor(max_workers=len(tools)) as pool:
+                    done.extend(pool.map(lambda step: run(*step), tools))
+
+            print(f"qualify.py: single started, sanitize ({', '.join(str(t) for _, t in tools)})"
+                  " beside its xdist phase", flush=True)
+            batch = [run("single", None, sanitizers)]
+            if not done:  # the suite had no xdist phase to run them beside: run them now
+                sanitizers()
+            batch += done
+            i = j
+        elif j - i > 1:
             print(f"qualify.py: sanitize ({', '.join(str(t) for _, t in plan[i:j])}) started",
                   flush=True)
             with ThreadPoolExecutor(max_workers=j - i) as pool:
@@ -247,7 +267,9 @@ def main(
                      args.mode or "", neighbour_watch, args.workers, args.shard,
                      args.backend or "", args.mutants, args.mutant_tiers)
     with terminate_groups_on_signals(), moe_backend_env(str(args.moe_backend)):
-        runs = execute(plan, lambda name, tool: run_one(name, tool, ctx, suites, coverage))
+        runs = execute(plan, lambda name, tool, beside=None: run_one(
+            name, tool, dataclasses.replace(ctx, beside=beside), suites, coverage),
+            args.sanitizers_beside)
     status = overall_status(runs)
     final = {**record, "status": status, "finished_at": utc_now(),
              "suites": [r.as_dict() for r in runs]}

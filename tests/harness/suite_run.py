@@ -25,6 +25,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +67,9 @@ class RunContext:
     """The mutants suite's catalog (None: ``tests/mutants``)."""
     mutant_tiers: tuple[str, ...] = ("host",)
     """The tiers whose tests judge each mutant (``tests.harness.mutants.TIERS``)."""
+    beside: Callable[[], object] | None = None
+    """Work to run beside an exclusive suite's xdist phase (``--sanitizers-beside``: the
+    sanitizer tools); ``run_split`` starts it with that phase and waits for it."""
 
 
 @dataclass(frozen=True)
@@ -185,18 +189,35 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
     ``timing`` nor ``alone`` in ``ctx.workers`` xdist workers, then those in one process, in
     the time left of ``--timeout``. A phase that selects no test (pytest exit 5, e.g. under
     ``--filter``) is recorded and left out of the verdict; the suite still needs tests that
-    passed."""
+    passed.
+
+    With ``ctx.beside`` (``--sanitizers-beside``) that work starts with the xdist phase,
+    which holds no timing test, and the one-process phase waits for it: the GPU is the
+    suite's alone from then on, and the neighbour watch covers that phase only. The time
+    spent waiting for it does not count against ``--timeout``."""
     label = label or suite.name
-    watch = _watch(suite, ctx)
+    watch = None if ctx.beside else _watch(suite, ctx)
     t0 = time.monotonic()
+    waited = 0.0
     runs: list[SuiteRun] = []
     phases = (("parallel", f"not {ONE_PROCESS}", ("-n", str(ctx.workers))),
               ("alone", ONE_PROCESS, ()))
     names = tuple(name for name, _, _ in phases)
     for name, mark, extra in phases:
-        left = None if ctx.timeout is None else max(1.0, ctx.timeout - (time.monotonic() - t0))
-        sub = dataclasses.replace(ctx, timeout=left, workers=1)
-        runs.append(run_pytest_suite(_phase(suite, mark, extra), sub, env, f"{label}.{name}"))
+        spent = time.monotonic() - t0 - waited
+        left = None if ctx.timeout is None else max(1.0, ctx.timeout - spent)
+        sub = dataclasses.replace(ctx, timeout=left, workers=1, beside=None)
+        phase = _phase(suite, mark, extra)
+        if name == "parallel" and ctx.beside is not None:
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                neighbours = pool.submit(ctx.beside)
+                runs.append(run_pytest_suite(phase, sub, env, f"{label}.{name}"))
+                t1 = time.monotonic()
+                neighbours.result()
+                waited = time.monotonic() - t1
+            watch = _watch(suite, ctx)
+        else:
+            runs.append(run_pytest_suite(phase, sub, env, f"{label}.{name}"))
         if runs[-1].timed_out:
             break
     empty = [r.returncode == PYTEST_NO_TESTS_COLLECTED and (r.counts or {}).get("tests", 0) == 0
@@ -212,12 +233,14 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
     counts = parse_many(junits) if junits else None
     notes = [f"suite {label}.{n}: no test selected (left out of the verdict)" if e else r.message
              for n, r, e in zip(names, runs, empty, strict=False)]
-    head = (f"suite {label} ({ctx.workers} workers, then the timing and alone tests in one "
-            f"process): {status}")
+    beside = " beside the sanitizer tools" if ctx.beside else ""
+    head = (f"suite {label} ({ctx.workers} workers{beside}, then the timing and alone tests in "
+            f"one process): {status}")
     message = "; ".join([head, *notes])
     if not judged and status == STATUS_FAIL:
         message += "; strict: no phase selected any test"
-    details = {**(env or {}), "workers": ctx.workers,
+    details = {**(env or {}), "workers": ctx.workers, "sanitizers_beside": bool(ctx.beside),
+               "waited_for_beside_s": round(waited, 3),
                "phases": [{"phase": f"{label}.{n}", "status": "empty" if e else r.status,
                            "message": note, "counts": r.counts, "duration_s": r.duration_s}
                           for n, r, e, note in zip(names, runs, empty, notes, strict=False)],

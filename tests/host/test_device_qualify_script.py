@@ -217,3 +217,12 @@ def test_a_seed_suite_call_brings_back_its_record(tmp_path) -> None:
     assert argv[argv.index("--suite") + 1] == "mega_sm90_mxfp4"
     assert argv[argv.index("--world-size") + 1] == "4"
     assert len(_files(out)) <= DEVICE_FILE_LIMIT
+
+
+def test_the_gpu_call_runs_the_sanitizers_beside_single_in_one_record(tmp_path) -> None:
+    rc, out = _run(tmp_path, "gpu", env_extra={"MEGAMOE_GPU_TIMEOUT": "540"})
+    assert rc == 0 and len(_files(out)) <= DEVICE_FILE_LIMIT
+    (rec,) = (out / "records").iterdir()
+    argv = json.loads(rec.read_text())["argv"]
+    assert argv[argv.index("--suite") + 1] == "gpu" and "--sanitizers-beside" in argv
+    assert argv[argv.index("--timeout") + 1] == "540" and "--workers" in argv

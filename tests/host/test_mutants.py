@@ -143,3 +143,7 @@ def test_our_catalog_names_a_rule_per_mutant_and_applies_to_this_tree() -> None:
         applies = subprocess.run(["git", "apply", "--check", str(p)], cwd=root,
                                  capture_output=True, text=True, check=False)
         assert applies.returncode == 0, (p.name, applies.stderr)
+    # the catalog's README lists every patch once, and no patch that is gone
+    listed = re.findall(r"^\| `([a-z0-9-]+)` \|", (root / "tests" / "mutants" / "README.md")
+                        .read_text(), flags=re.M)
+    assert sorted(listed) == [p.stem for p in patches]

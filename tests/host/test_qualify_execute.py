@@ -7,6 +7,9 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
+from tests.harness.cli import parse_args
 from tests.harness.qualify_main import execute
 from tests.harness.suite_run import SuiteRun
 from tests.suites import SANITIZER_TOOLS
@@ -61,3 +64,60 @@ def test_a_lone_sanitizer_or_suite_runs_by_itself() -> None:
     rec = Recorder(0.01)
     execute([("single", None), ("sanitize", "memcheck")], rec)
     assert rec.most == 1
+
+
+class SplitRecorder(Recorder):
+    """``Recorder`` whose ``single`` behaves like ``run_split`` under ``--sanitizers-beside``:
+    its xdist phase runs while ``beside`` does, its timing phase after both."""
+
+    def __call__(self, name: str, tool: str | None, beside=None) -> SuiteRun:  # type: ignore[no-untyped-def, override]
+        if name != "single" or beside is None:
+            return super().__call__(name, tool)
+        t = threading.Thread(target=beside)
+        t.start()
+        parallel = super().__call__("single.parallel", None)
+        t.join()
+        alone = super().__call__("single.alone", None)
+        return SuiteRun("single", "pass", "single: pass", parallel.duration_s + alone.duration_s,
+                        0, False, ())
+
+
+def test_sanitizers_beside_run_with_singles_xdist_phase_and_before_its_timing_phase() -> None:
+    rec = SplitRecorder()
+    plan = [("single", None)] + [("sanitize", t) for t in SANITIZER_TOOLS]
+    runs = execute(plan, rec, sanitizers_beside=True)
+    assert [r.message.split(":")[0] for r in runs] == [
+        "single", *(f"sanitize-{t}" for t in SANITIZER_TOOLS)]  # plan order
+    tools = [rec.spans[f"sanitize-{t}"] for t in SANITIZER_TOOLS]
+    parallel, alone = rec.spans["single.parallel"], rec.spans["single.alone"]
+    assert max(s for s, _ in tools) < parallel[1]  # every tool started during the xdist phase
+    assert rec.most == len(SANITIZER_TOOLS) + 1
+    assert max(e for _, e in tools) <= alone[0]  # the timing phase had the GPU alone
+
+
+def test_sanitizers_beside_still_run_when_single_has_no_xdist_phase() -> None:
+    rec = Recorder(0.01)  # a runner that never calls ``beside``
+    plan = [("single", None), ("sanitize", "memcheck"), ("sanitize", "racecheck")]
+    runs = execute(plan, lambda name, tool, beside=None: rec(name, tool), sanitizers_beside=True)
+    assert [r.message.split(":")[0] for r in runs] == [
+        "single", "sanitize-memcheck", "sanitize-racecheck"]
+    assert rec.spans["single"][1] <= min(rec.spans["sanitize-memcheck"][0],
+                                         rec.spans["sanitize-racecheck"][0])
+
+
+def test_without_the_option_single_and_the_sanitizers_never_overlap() -> None:
+    rec = SplitRecorder()
+    execute([("single", None), ("sanitize", "memcheck")], rec)
+    assert "single.parallel" not in rec.spans and rec.most == 1
+
+
+def test_sanitizers_beside_is_only_for_the_gpu_suite_with_workers(capsys) -> None:
+    args = parse_args(["--suite", "gpu", "--output-dir", "o", "--workers", "12",
+                       "--sanitizers-beside"])
+    assert args.sanitizers_beside and args.as_dict()["sanitizers_beside"] is True
+    assert parse_args(["--suite", "gpu", "--output-dir", "o"]).sanitizers_beside is False
+    for bad in (["--suite", "single", "--workers", "12"], ["--suite", "gpu"]):
+        with pytest.raises(SystemExit):
+            parse_args([*bad, "--output-dir", "o", "--sanitizers-beside"])
+        assert "--sanitizers-beside: only for --suite gpu with --workers 2" in (
+            capsys.readouterr().err)

@@ -151,3 +151,40 @@ def test_without_workers_the_suite_is_one_process_as_before(tree) -> None:
 def test_workers_below_one_are_refused() -> None:
     with pytest.raises(SystemExit):
         main(["--suite", "host", "--output-dir", "/tmp/x", "--workers", "0"])
+
+
+def test_work_beside_the_xdist_phase_starts_with_it_and_the_timing_phase_waits_for_it(
+        tree, tmp_path) -> None:
+    """``RunContext.beside`` (``--sanitizers-beside``): started with the xdist phase, waited
+    for before the one-process phase, whose GPU neighbour watch starts only then."""
+    import time
+
+    from tests.harness.suite_run import RunContext, run_split
+
+    marks: dict[str, float] = {}
+
+    def beside() -> None:
+        marks["start"] = time.time()
+        time.sleep(2.0)
+        marks["end"] = time.time()
+
+    watches: list[float] = []
+
+    def watch() -> StubWatch:
+        watches.append(time.time())
+        return StubWatch(NeighbourReport(True, 3))
+
+    suite = Suite("host", "throwaway", paths=("t",), exclusive_gpu=True,
+                  extra_args=("-p", "no:cacheprovider"))
+    out = tmp_path / "out"
+    out.mkdir()
+    ctx = RunContext(tree, sys.executable, out, timeout=300.0, neighbour_watch=watch, workers=2,
+                     beside=beside)
+    run = run_split(suite, ctx).as_dict()
+    assert run["status"] == "pass" and run["counts"]["passed"] == 5, run["message"]
+    assert run["sanitizers_beside"] is True and "beside the sanitizer tools" in run["message"]
+    ran = {p.name: p.stat().st_mtime for p in (tmp_path / "where").iterdir()}
+    assert marks["start"] <= min(ran[t] for t in "abc")  # it started with the xdist phase
+    assert ran["timed"] >= marks["end"] and ran["alone"] >= marks["end"]  # they waited for it
+    assert len(watches) == 1 and watches[0] >= max(ran[t] for t in "abc")  # watch: last phase
+    assert run["gpu_neighbours"]["available"] is True
