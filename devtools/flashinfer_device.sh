@@ -14,6 +14,10 @@
 # process; CASE_GLOB default 'deepseek-*-T16', small shapes first) and brings back its JSON
 # record and log:
 #   run(command="bash devtools/flashinfer_device.sh flashinfer-sm90-cake bench", ...)
+# FlashInfer's JIT cache (the cake's build took about 145 s on the H200) lives under
+# $FLASHINFER_WORKSPACE_BASE (/tmp/fiws) and comes back as $OUT/fi-jit-cache.tgz; copy it to
+# .fi-jit/cache.tgz (git-ignored) and add ".fi-jit" to carry: the next call unpacks it and
+# touches its files, so ninja finds the outputs newer than the carried sources.
 # Not yet run on a GPU.
 set -u
 backend=${1:?usage: bash devtools/flashinfer_device.sh flashinfer-sm90-cake [bench [CASE_GLOB]]}
@@ -21,7 +25,20 @@ source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fisite .whl-fi/*.whl \
   || { echo "cannot install .whl-fi"; exit 1; }
 export PYTHONPATH=${PYTHONPATH:-}:/tmp/fisite MEGAMOE_FLASHINFER_ROOT=$PWD/.flashinfer \
-  MEGAMOE_PYTHON=python3 CUTE_DSL_CACHE_DIR=/tmp/cc
+  MEGAMOE_PYTHON=python3 CUTE_DSL_CACHE_DIR=/tmp/cc \
+  FLASHINFER_WORKSPACE_BASE=${MEGAMOE_FI_WORKSPACE:-/tmp/fiws}
+mkdir -p "$FLASHINFER_WORKSPACE_BASE"
+if [ -f .fi-jit/cache.tgz ]; then
+  tar xzf .fi-jit/cache.tgz -C "$FLASHINFER_WORKSPACE_BASE" \
+    && find "$FLASHINFER_WORKSPACE_BASE" -type f -exec touch {} + \
+    || echo "cannot unpack .fi-jit/cache.tgz: the JIT builds from scratch"
+fi
+bring_back_jit_cache() {
+  if [ -d "$FLASHINFER_WORKSPACE_BASE/.cache" ]; then
+    tar czf "$OUT/fi-jit-cache.tgz" -C "$FLASHINFER_WORKSPACE_BASE" .cache
+  fi
+}
+trap bring_back_jit_cache EXIT
 if [ "${2:-}" = bench ]; then
   [ "$backend" = flashinfer-sm90-cake ] || { echo "bench: only flashinfer-sm90-cake has a benchmark"; exit 2; }
   dir=${MEGAMOE_FI_BENCH_DIR:-/tmp/fib}
