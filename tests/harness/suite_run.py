@@ -11,7 +11,8 @@ tool.
 workers, then those marked ``timing`` or ``alone`` in one process (``<suite>.parallel.*``,
 ``<suite>.alone.*``); the suite passes only when both phases do, its counts
 are their sum, and one neighbour watch covers both (the workers are the
-suite's own descendants, not neighbours).
+suite's own descendants, not neighbours); with ``--sanitizers-beside`` the sanitizer tools
+run beside the xdist phase and the watch covers the one-process phase only.
 
 Every pytest suite's record (each rank's in ``multi``) carries ``time_profile``
 (``tests.harness.time_profile``), and each phase its wall time.
