@@ -7,8 +7,16 @@
 #       carry=[".whl", ".whl-fi", ".flashinfer"], timeout_s=600)
 # The cake is CUDA C++ that FlashInfer's JIT builds with the machine's nvcc (sm_90a) and
 # tvm-ffi; our CuTe DSL (.whl) serves the harness. flashinfer-sm90-fp8-pull is CuTe DSL code
-# that needs nvidia-cutlass-dsl >= 4.6.2, which cannot share a process with ours: it needs a
-# site of its own in place of .whl.
+# that needs a CuTe DSL of 4.4 or newer, which cannot share a process with ours, and 4.5.2
+# (python -m devtools.pack_device_wheels --dsl45: .whl-dsl45, about 52 MiB) fills a call with
+# the tree. So it takes two calls back to back (a warm machine keeps /tmp about 30 s):
+#   run(command="bash devtools/flashinfer_device.sh stage-dsl", carry=[".whl-dsl45"])
+#   run(command="bash devtools/flashinfer_device.sh flashinfer-sm90-fp8-pull",
+#       carry=[".whl-fi", ".flashinfer"], timeout_s=600)
+# The contract tests of a FlashInfer backend import no CuTe DSL of ours, so the FP8 pull's
+# call runs them on 4.5.2 alone (the adapter runs one rank in FlashInfer's single-rank mode,
+# MEGA_NO_DIST=1: no nvshmem4py needed). Its "bench" runs layer_flashinfer_fp8: our arm on
+# .whl (carry it too), FlashInfer's worker on the staged 4.5.2 ($MEGAMOE_FLASHINFER_DSL_PATH).
 # With "bench [CASE_GLOB]" after the backend name the call runs the side-by-side benchmark
 # instead of the contract tests (layer_flashinfer_cake --quick, FlashInfer in a worker
 # process; CASE_GLOB default 'deepseek-*-T16', small shapes first) and brings back its JSON
@@ -20,8 +28,28 @@
 # touches its files, so ninja finds the outputs newer than the carried sources.
 # Not yet run on a GPU.
 set -u
-backend=${1:?usage: bash devtools/flashinfer_device.sh flashinfer-sm90-cake [bench [CASE_GLOB]]}
-source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
+backend=${1:?usage: bash devtools/flashinfer_device.sh stage-dsl | flashinfer-sm90-cake|flashinfer-sm90-fp8-pull [bench [CASE_GLOB]]}
+DSL45=${MEGAMOE_DSL45_SITE:-/tmp/dsl45}
+DSL45_PATH=$DSL45:$DSL45/nvidia_cutlass_dsl/python_packages
+if [ "$backend" = stage-dsl ]; then
+  [ -f .whl-dsl45/site.tar.xz ] || { echo "stage-dsl: carry .whl-dsl45 (python -m devtools.pack_device_wheels --dsl45)"; exit 2; }
+  rm -rf "$DSL45.part" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='tar')" \
+    .whl-dsl45/site.tar.xz "$DSL45.part" && rm -rf "$DSL45" && mv "$DSL45.part" "$DSL45" \
+    || { echo "cannot unpack .whl-dsl45/site.tar.xz"; exit 1; }
+  PYTHONPATH=$DSL45_PATH python3 -c "from importlib.metadata import version; print('staged nvidia-cutlass-dsl', version('nvidia-cutlass-dsl'))"
+  exit $?
+fi
+if [ "$backend" = flashinfer-sm90-fp8-pull ]; then
+  [ -d "$DSL45/nvidia_cutlass_dsl" ] || { echo "no CuTe DSL 4.5.2 at $DSL45: run 'bash devtools/flashinfer_device.sh stage-dsl' (carry .whl-dsl45) in the call just before this one"; exit 3; }
+fi
+if [ "$backend" = flashinfer-sm90-fp8-pull ] && [ "${2:-}" != bench ]; then
+  # the contract tests import no CuTe DSL of ours: FlashInfer's 4.5.2 alone, no .whl
+  export PYTHONPATH=$DSL45_PATH:$PWD${PYTHONPATH:+:$PYTHONPATH} CUTE_DSL_ARCH=sm_90a \
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+else
+  source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
+fi
+export MEGAMOE_FLASHINFER_DSL_PATH=$DSL45_PATH
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fisite .whl-fi/*.whl \
   || { echo "cannot install .whl-fi"; exit 1; }
 export PYTHONPATH=${PYTHONPATH:-}:/tmp/fisite MEGAMOE_FLASHINFER_ROOT=$PWD/.flashinfer \
@@ -40,12 +68,16 @@ bring_back_jit_cache() {
 }
 trap bring_back_jit_cache EXIT
 if [ "${2:-}" = bench ]; then
-  [ "$backend" = flashinfer-sm90-cake ] || { echo "bench: only flashinfer-sm90-cake has a benchmark"; exit 2; }
+  case "$backend" in
+    flashinfer-sm90-cake) bench=layer_flashinfer_cake ;;
+    flashinfer-sm90-fp8-pull) bench=layer_flashinfer_fp8 ;;
+    *) echo "bench: only flashinfer-sm90-cake and flashinfer-sm90-fp8-pull have a benchmark"; exit 2 ;;
+  esac
   dir=${MEGAMOE_FI_BENCH_DIR:-/tmp/fib}
-  timeout -k 10 "${MEGAMOE_FI_BENCH_TIMEOUT:-540}" python3 -m megamoe.bench layer_flashinfer_cake \
+  timeout -k 10 "${MEGAMOE_FI_BENCH_TIMEOUT:-540}" python3 -m megamoe.bench "$bench" \
     --quick --case "${3:-deepseek-*-T16}" --no-plots --output-dir "$dir" > "$OUT/bench.log" 2>&1
   rc=$?
-  cp "$dir/layer_flashinfer_cake.json" "$OUT/" 2>/dev/null
+  cp "$dir/$bench.json" "$OUT/" 2>/dev/null
   tail -n 20 "$OUT/bench.log"
   exit $rc
 fi

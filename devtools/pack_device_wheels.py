@@ -12,7 +12,9 @@ rerun: with no wheel left in ``.whl`` it only rewrites the prelude.
 
 ``python -m devtools.pack_device_wheels --nvshmem`` does the same for nvshmem4py and the
 two packages it needs that the GPU image may lack, into ``.whl-nvshmem/site.tar.xz``
-(``pack_nvshmem``; ``devtools/nvshmem_device.sh`` unpacks it).
+(``devtools/nvshmem_device.sh`` unpacks it); ``--dsl45`` for the CuTe DSL 4.5.2 that
+FlashInfer's FP8 pull backend needs, into ``.whl-dsl45/site.tar.xz``
+(``devtools/flashinfer_device.sh stage-dsl`` unpacks it).
 
 Written here rather than using pip: pip installs a wheel but cannot repack one; the
 standard library's ``zipfile``, ``tarfile`` and ``lzma`` do the rest.
@@ -26,6 +28,7 @@ import sys
 import tarfile
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ARCHIVE = "site.tar.xz"
@@ -82,27 +85,42 @@ def wheel_to_tar_xz(wheel: Path | list[Path], out: Path, preset: int = 6) -> int
     return count
 
 
-NVSHMEM_DIR = ".whl-nvshmem"
-NVSHMEM_WHEELS = ("nvshmem4py-cu13==0.4.1", "cuda-core>=0.5.0,<0.6", "cuda-pathfinder>=1.2.3")
+@dataclass(frozen=True)
+class ExtraSite:
+    """Wheels packed as one site into ``folder/site.tar.xz`` for a device call of their own
+    (``pack_site``)."""
+
+    folder: str
+    wheels: tuple[str, ...]
+    """pip requirements, downloaded ``--no-deps`` for CPython 3.12 on x86-64 Linux."""
+
+
+NVSHMEM = ExtraSite(".whl-nvshmem", ("nvshmem4py-cu13==0.4.1", "cuda-core>=0.5.0,<0.6",
+                                     "cuda-pathfinder>=1.2.3"))
 """nvshmem4py and the two packages it needs that the GPU image may lack (its other
-requirements, the NVSHMEM library, cuda-bindings and numpy, come with torch's CUDA build)."""
+requirements, the NVSHMEM library, cuda-bindings and numpy, come with torch's CUDA build);
+about 13 MiB, for ``devtools/nvshmem_device.sh``."""
+DSL45 = ExtraSite(".whl-dsl45", ("nvidia-cutlass-dsl==4.5.2", "nvidia-cutlass-dsl-libs-base==4.5.2"))
+"""The CuTe DSL that FlashInfer's sm90 FP8 pull backend needs (4.4 or newer; ours is 4.3.5 and
+cannot share a process with it): about 52 MiB, which with the tree fills one device call, so
+``devtools/flashinfer_device.sh stage-dsl`` unpacks it in a call of its own."""
+EXTRA_SITES = {"--nvshmem": NVSHMEM, "--dsl45": DSL45}
 
 
 NVSHMEM_PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64")
 """Each tag named: pip (23.2) does not take an older manylinux tag for a newer one."""
 
 
-def pack_nvshmem(root: Path, download: bool = True) -> Path:
-    """``root/.whl-nvshmem/site.tar.xz``: the ``NVSHMEM_WHEELS`` for CPython 3.12 on x86-64
-    Linux (``pip download --no-deps``), as one site (about 13 MiB; for
-    ``devtools/nvshmem_device.sh``). The wheels are deleted once packed."""
-    folder = root / NVSHMEM_DIR
+def pack_site(root: Path, site: ExtraSite, download: bool = True) -> Path:
+    """``root/<site.folder>/site.tar.xz``: ``site``'s wheels as one site. The wheels are
+    deleted once packed and the folder is kept out of git."""
+    folder = root / site.folder
     folder.mkdir(exist_ok=True)
     if download:
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                         "--python-version", "3.12",
                         *(a for tag in NVSHMEM_PLATFORMS for a in ("--platform", tag)),
-                        "-d", str(folder), *NVSHMEM_WHEELS], check=True)
+                        "-d", str(folder), *site.wheels], check=True)
     wheels = sorted(folder.glob("*.whl"))
     if not wheels:
         raise SystemExit(f"no wheel in {folder}")
@@ -112,7 +130,7 @@ def pack_nvshmem(root: Path, download: bool = True) -> Path:
           f"({archive.stat().st_size >> 20} MiB)")
     for wheel in wheels:
         wheel.unlink()
-    exclude_from_git(root, NVSHMEM_DIR)
+    exclude_from_git(root, site.folder)
     return archive
 
 
@@ -143,10 +161,12 @@ def pack(root: Path) -> Path:
 def main() -> int:
     top = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True,
                               text=True, check=True).stdout.strip())
-    if sys.argv[1:] == ["--nvshmem"]:
-        pack_nvshmem(top)
-    elif sys.argv[1:]:
-        raise SystemExit("usage: python -m devtools.pack_device_wheels [--nvshmem]")
+    args = sys.argv[1:]
+    if len(args) == 1 and args[0] in EXTRA_SITES:
+        pack_site(top, EXTRA_SITES[args[0]])
+    elif args:
+        raise SystemExit("usage: python -m devtools.pack_device_wheels "
+                         f"[{' | '.join(EXTRA_SITES)}]")
     else:
         pack(top)
     return 0

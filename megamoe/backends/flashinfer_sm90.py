@@ -7,7 +7,11 @@ its own gloo group when no torchrun environment is set.
 (1 x 128 activation and 128 x 128 weight scales: recipe ``fp8_block``, docs/contract.md s12);
 the score is applied before FC2 (early), its ``gate_up_clamp`` is the contract's clamp; other
 settings are FlashInfer's defaults (``fast_math``, its A2 in 1 x 64 blocks, its own weight
-layout), which the section 8 tolerance judges.
+layout), which the section 8 tolerance judges. At EP1 it runs in FlashInfer's single-rank
+mode, ``MEGA_NO_DIST=1`` (plain CUDA buffers instead of an NVSHMEM symmetric heap, no
+``torch.distributed`` group): without it the backend needs nvshmem4py even for one rank. The
+adapter sets it in this process when it builds a layer, and it stays set, because FlashInfer
+reads it again when it runs and frees the layer.
 
 ``flashinfer-sm90-cake``: ``bf16_bf16_bf16_push_cake``, recipe ``bf16``. It applies the score in
 the combine (``per_route`` wire: each route's bf16 term times its score, rounded to bf16;
@@ -26,6 +30,7 @@ conformance table reports them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from functools import cached_property
 
@@ -119,6 +124,11 @@ class FlashinferBackend:
         """The backend's ``MegaConfig.megakernel`` config for ``spec``."""
         raise NotImplementedError
 
+    def single_rank_env(self) -> Mapping[str, str]:
+        """Environment FlashInfer reads to run this backend on one rank (set when a layer is
+        built, after every refusal; none by default)."""
+        return {}
+
     def refusal(self, spec: LayerSpec, device: torch.device, world_size: int) -> str | None:
         why = device_refusal(self.info, device)
         if why is not None:
@@ -136,6 +146,7 @@ class FlashinferBackend:
     def build(self, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor, *,
               device: torch.device, world: object | None = None) -> FlashinferHandle:
         refuse_unbuildable(self, spec, device, world)
+        os.environ.update(self.single_rank_env())
         ep = load_moe_ep()
         c = spec.config
         weights = ep.MoEWeightPack(w13.to(device, torch.bfloat16).contiguous(),
@@ -178,6 +189,8 @@ CAKE = CakeBackend()
 
 PULL_MULTIPLE = 128
 """Blockwise FP8 scales are 128 x 128: H and I multiples of 128."""
+NO_DIST_ENV = "MEGA_NO_DIST"
+"""FlashInfer's single-rank switch of its CuTe DSL mega kernels (module docstring)."""
 
 
 class Fp8PullBackend(FlashinferBackend):
@@ -195,6 +208,9 @@ class Fp8PullBackend(FlashinferBackend):
              f"H and I multiples of {PULL_MULTIPLE}, not {c.hidden_size} and "
              f"{c.intermediate_size}"),
         )
+
+    def single_rank_env(self) -> Mapping[str, str]:
+        return {NO_DIST_ENV: "1"}
 
     def megakernel(self, ep, spec: LayerSpec):  # type: ignore[no-untyped-def]
         c = spec.config

@@ -8,6 +8,7 @@ and running it needs an H200 (``--moe-backend flashinfer-sm90-cake``)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -23,6 +24,7 @@ from megamoe.backends.flashinfer_loader import (
     flashinfer_root,
     flashinfer_version,
 )
+from megamoe.errors import ConfigError
 from oracle.moe_config import MoEConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,3 +136,40 @@ def test_the_fp8_pull_adapter_takes_the_fp8_block_recipe_early(
     assert pull.refusal(spec, gpu, 1) is None
     bad = _spec(**{"recipe": "fp8_block", "late_weighting": False, **kw})
     assert pull.refusal(bad, gpu, 1) == f"backend flashinfer-sm90-fp8-pull takes {why}"
+
+
+class _Loaded(Exception):
+    """Raised by the stand-in loader: the build got as far as loading FlashInfer."""
+
+
+@pytest.mark.parametrize(("name", "recipe", "late", "no_dist"), [
+    ("flashinfer-sm90-fp8-pull", "fp8_block", False, "1"),
+    ("flashinfer-sm90-cake", "bf16", True, None),
+])
+def test_the_fp8_pull_runs_one_rank_in_flashinfers_single_rank_mode(
+        fake_tree: Path, monkeypatch: pytest.MonkeyPatch, name: str, recipe: str, late: bool,
+        no_dist: str | None) -> None:
+    """``MEGA_NO_DIST=1`` (FlashInfer's single-rank mode, no NVSHMEM heap) is set before
+    FlashInfer is loaded for the FP8 pull, never for a refused layer, never for the cake."""
+    from megamoe.backends import flashinfer_sm90
+
+    backend = load_backend(name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    monkeypatch.setenv(ROOT_ENV, str(fake_tree))
+    monkeypatch.delenv(flashinfer_sm90.NO_DIST_ENV, raising=False)
+    seen: list[str | None] = []
+
+    def loader() -> None:
+        seen.append(os.environ.get(flashinfer_sm90.NO_DIST_ENV))
+        raise _Loaded
+
+    monkeypatch.setattr(flashinfer_sm90, "load_moe_ep", loader)
+    gpu = torch.device("cuda", 0)
+    w13, w2 = torch.zeros(1), torch.zeros(1)
+    with pytest.raises(ConfigError):  # refused: nothing is set
+        backend.build(_spec(recipe=recipe, late_weighting=not late), w13, w2, device=gpu)
+    assert os.environ.get(flashinfer_sm90.NO_DIST_ENV) is None and seen == []
+    with pytest.raises(_Loaded):
+        backend.build(_spec(recipe=recipe, late_weighting=late), w13, w2, device=gpu)
+    assert seen == [no_dist]

@@ -5,6 +5,7 @@ stand-in ``python3``."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -20,7 +21,12 @@ FAKE_PYTHON = f"""#!{sys.executable}
 import json, os, sys
 from pathlib import Path
 args = sys.argv[1:]
+if args[:1] == ["-c"]:  # the script's own one-liners run for real
+    os.execv({sys.executable!r}, [{sys.executable!r}, *args])
 if args[:2] == ["-m", "pip"]:
+    sys.exit(0)
+if args[:2] == ["-m", "tests.harness.conformance"]:
+    print("| rule | verdict |")
     sys.exit(0)
 out = Path(args[args.index("--output-dir") + 1])
 out.mkdir(parents=True, exist_ok=True)
@@ -29,30 +35,93 @@ seen = {{str(f.relative_to(ws)): f.stat().st_mtime for f in ws.rglob("*") if f.i
 built = ws / ".cache" / "flashinfer" / "sm90_push_a2a" / "sm90_push_a2a.so"
 built.parent.mkdir(parents=True, exist_ok=True)
 built.write_text("a JIT build")
-(out / "layer_flashinfer_cake.json").write_text(json.dumps({{
+bench = args[args.index("megamoe.bench") + 1]
+(out / f"{{bench}}.json").write_text(json.dumps({{
     "argv": args, "root": os.environ.get("MEGAMOE_FLASHINFER_ROOT"),
-    "path": os.environ.get("PYTHONPATH", ""), "workspace": str(ws), "seen": seen}}))
+    "path": os.environ.get("PYTHONPATH", ""), "workspace": str(ws), "seen": seen,
+    "dsl_path": os.environ.get("MEGAMOE_FLASHINFER_DSL_PATH"),
+    "prelude": os.environ.get("PRELUDE_RAN")}}))
 """
+FAKE_RUN_TESTS = """#!/usr/bin/env bash
+python3 -c "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'path': os.environ.get('PYTHONPATH', ''), 'prelude': os.environ.get('PRELUDE_RAN')}))" "$@" > "$OUT/run_tests.json"
+"""
+PRELUDE = "export PRELUDE_RAN=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}\n"
 
 
-def _run(tmp_path: Path, *args: str, carried_cache: Path | None = None
-         ) -> tuple[int, Path, str]:
+def _run(tmp_path: Path, *args: str, carried_cache: Path | None = None,
+         dsl45: Path | None = None) -> tuple[int, Path, str]:
+    """One call in a scratch checkout; ``dsl45``: where a staged CuTe DSL 4.5.2 site is (and a
+    carried ``.whl-dsl45/site.tar.xz`` holding one)."""
     repo, out, bindir = tmp_path / "repo", tmp_path / "out", tmp_path / "bin"
     for d in (repo / ".whl", repo / ".whl-fi", out, bindir):
         d.mkdir(parents=True)
     if carried_cache is not None:
         (repo / ".fi-jit").mkdir()
         (repo / ".fi-jit" / "cache.tgz").write_bytes(carried_cache.read_bytes())
-    (repo / ".whl" / "prelude.sh").write_text("true\n")
+    (repo / ".whl" / "prelude.sh").write_text(PRELUDE)
+    (repo / "run_tests.sh").write_text(FAKE_RUN_TESTS)
+    (repo / "run_tests.sh").chmod(0o755)
     (repo / ".whl-fi" / "apache_tvm_ffi-0.1.0-py3-none-any.whl").write_text("")
+    (repo / ".whl-dsl45").mkdir()
+    _dsl45_archive(repo / ".whl-dsl45" / "site.tar.xz")
     (bindir / "python3").write_text(FAKE_PYTHON)
     (bindir / "python3").chmod(0o755)
     env = {**os.environ, "OUT": str(out), "PATH": f"{bindir}:{os.environ['PATH']}",
            "MEGAMOE_FI_BENCH_DIR": str(tmp_path / "fib"),
-           "MEGAMOE_FI_WORKSPACE": str(tmp_path / "fiws")}
+           "MEGAMOE_FI_WORKSPACE": str(tmp_path / "fiws"),
+           "MEGAMOE_DSL45_SITE": str(dsl45 or tmp_path / "dsl45")}
     r = subprocess.run(["bash", str(SCRIPT), *args], cwd=repo, env=env, capture_output=True,
                        text=True, timeout=60)
     return r.returncode, out, r.stdout + r.stderr
+
+
+def _dsl45_archive(path: Path) -> None:
+    """A stand-in for ``.whl-dsl45/site.tar.xz``: the package folder and the metadata that
+    says its version."""
+    with tarfile.open(path, "w:xz") as tar:
+        for name, text in (("nvidia_cutlass_dsl/python_packages/cutlass/__init__.py", ""),
+                           ("nvidia_cutlass_dsl-4.5.2.dist-info/METADATA",
+                            "Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: 4.5.2\n")):
+            data = text.encode()
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+
+
+def test_the_dsl_is_staged_in_a_call_of_its_own_and_says_its_version(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rc, _, log = _run(tmp_path, "stage-dsl")
+    assert rc == 0 and "staged nvidia-cutlass-dsl 4.5.2" in log, log
+    assert (tmp_path / "dsl45" / "nvidia_cutlass_dsl" / "python_packages" / "cutlass").is_dir()
+
+
+def test_the_fp8_pull_without_a_staged_dsl_is_refused_before_anything_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rc, out, log = _run(tmp_path, "flashinfer-sm90-fp8-pull")
+    assert rc == 3 and "stage-dsl" in log and not (out / "run_tests.json").exists()
+
+
+def test_the_fp8_pull_contract_tests_run_on_the_staged_dsl_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    staged = tmp_path / "staged"
+    rc, _, log = _run(tmp_path / "first", "stage-dsl", dsl45=staged)
+    assert rc == 0, log
+    rc, out, log = _run(tmp_path / "second", "flashinfer-sm90-fp8-pull", dsl45=staged)
+    assert rc == 0, log
+    ran = json.loads((out / "run_tests.json").read_text())
+    assert ran["argv"][:3] == ["single", "--moe-backend", "flashinfer-sm90-fp8-pull"]
+    path = ran["path"].split(os.pathsep)
+    assert path[:2] == [str(staged), f"{staged}/nvidia_cutlass_dsl/python_packages"]
+    assert "/tmp/site" not in path and ran["prelude"] is None  # no CuTe DSL of ours
+    assert (out / "flashinfer-sm90-fp8-pull-conformance.md").read_text().startswith("| rule")
+
+
+def test_the_fp8_pull_bench_runs_ours_on_our_dsl_and_theirs_on_the_staged_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    staged = tmp_path / "staged"
+    assert _run(tmp_path / "first", "stage-dsl", dsl45=staged)[0] == 0
+    rc, out, log = _run(tmp_path / "second", "flashinfer-sm90-fp8-pull", "bench", dsl45=staged)
+    assert rc == 0, log
+    rec = json.loads((out / "layer_flashinfer_fp8.json").read_text())
+    assert rec["argv"][:3] == ["-m", "megamoe.bench", "layer_flashinfer_fp8"]
+    assert rec["prelude"] == "1" and "/tmp/site" in rec["path"].split(os.pathsep)
+    assert rec["dsl_path"] == f"{staged}{os.pathsep}{staged}/nvidia_cutlass_dsl/python_packages"
 
 
 def test_the_bench_mode_runs_small_cases_first_and_brings_back_the_record(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -72,10 +141,10 @@ def test_a_case_glob_reaches_the_benchmark(tmp_path) -> None:  # type: ignore[no
     assert rc == 0 and argv[argv.index("--case") + 1] == "deepseek-skewed-*", log
 
 
-def test_only_the_cake_has_a_benchmark(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    rc, out, log = _run(tmp_path, "flashinfer-sm90-fp8-pull", "bench")
-    assert rc == 2 and "only flashinfer-sm90-cake" in log
-    assert not (out / "layer_flashinfer_cake.json").exists()
+def test_only_the_cake_and_the_fp8_pull_have_a_benchmark(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rc, out, log = _run(tmp_path, "flashinfer-sm90-other", "bench")
+    assert rc == 2 and "only flashinfer-sm90-cake and flashinfer-sm90-fp8-pull" in log
+    assert not list(out.glob("*.json"))
 
 
 def test_the_jit_cache_comes_back_and_a_carried_one_is_unpacked_newer_than_its_sources(

@@ -114,11 +114,13 @@ def test_the_check_catches_a_dropped_exec_bit(tmp_path):
                differences(tmp_path / "site", FILES))
 
 
-def test_the_nvshmem_site_holds_every_wheel_and_the_wheels_go(tmp_path):
-    """``--nvshmem``: the wheels of ``.whl-nvshmem`` become one site (each file, content and
-    mode), the wheels are deleted and the folder is excluded from git."""
+@pytest.mark.parametrize("flag", sorted(pdw.EXTRA_SITES))
+def test_an_extra_site_holds_every_wheel_and_the_wheels_go(tmp_path, flag):
+    """``--nvshmem``, ``--dsl45``: the wheels of the site's folder become one site (each file,
+    content and mode), the wheels are deleted and the folder is excluded from git."""
+    site_spec = pdw.EXTRA_SITES[flag]
     root = tmp_path / "repo"
-    folder = root / pdw.NVSHMEM_DIR
+    folder = root / site_spec.folder
     folder.mkdir(parents=True)
     (root / ".git" / "info").mkdir(parents=True)
     parts = [{"nvshmem/core/__init__.py": (b"X = 1\n", 0o644),
@@ -126,10 +128,10 @@ def test_the_nvshmem_site_holds_every_wheel_and_the_wheels_go(tmp_path):
              {"cuda/core/__init__.py": (b"", 0o644)}]
     for i, files in enumerate(parts):
         make_wheel(folder / f"w{i}-1.0-py3-none-any.whl", files)
-    archive = pdw.pack_nvshmem(root, download=False)
+    archive = pdw.pack_site(root, site_spec, download=False)
     assert sorted(p.name for p in folder.iterdir()) == [pdw.ARCHIVE]
     site = tmp_path / "site"
     with tarfile.open(archive) as tf:
         tf.extractall(site, filter="tar")
     assert differences(site, {**parts[0], **parts[1]}) == []
-    assert f"/{pdw.NVSHMEM_DIR}/" in (root / ".git" / "info" / "exclude").read_text()
+    assert f"/{site_spec.folder}/" in (root / ".git" / "info" / "exclude").read_text()
