@@ -107,8 +107,9 @@ cannot share a process with it): about 52 MiB, which with the tree fills one dev
 EXTRA_SITES = {"--nvshmem": NVSHMEM, "--dsl45": DSL45}
 
 
-NVSHMEM_PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64")
-"""Each tag named: pip (23.2) does not take an older manylinux tag for a newer one."""
+PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64")
+"""The platform tags of every extra site's wheels, each named: pip (23.2) does not take an
+older manylinux tag for a newer one."""
 
 
 def pack_site(root: Path, site: ExtraSite, download: bool = True) -> Path:
@@ -119,7 +120,7 @@ def pack_site(root: Path, site: ExtraSite, download: bool = True) -> Path:
     if download:
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                         "--python-version", "3.12",
-                        *(a for tag in NVSHMEM_PLATFORMS for a in ("--platform", tag)),
+                        *(a for tag in PLATFORMS for a in ("--platform", tag)),
                         "-d", str(folder), *site.wheels], check=True)
     wheels = sorted(folder.glob("*.whl"))
     if not wheels:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.harness.gpu_neighbours import NeighbourReport
 from tests.harness.qualify_main import main
+from tests.harness.suite_run import RunContext, run_split
 from tests.host.test_gpu_neighbours import StubWatch
 from tests.suites import Suite
 
@@ -157,10 +159,6 @@ def test_work_beside_the_xdist_phase_starts_with_it_and_the_timing_phase_waits_f
         tree, tmp_path) -> None:
     """``RunContext.beside`` (``--sanitizers-beside``): started with the xdist phase, waited
     for before the one-process phase, whose GPU neighbour watch starts only then."""
-    import time
-
-    from tests.harness.suite_run import RunContext, run_split
-
     marks: dict[str, float] = {}
 
     def beside() -> None:

@@ -39,7 +39,6 @@ FLASHINFER_FP8_PULL = RemoteSpec("megamoe.bench.backend_layer:FLASHINFER_FP8_PUL
 DEEPSEEK_CASES = tuple(c for c in _cases() if _shape(c) is DEEPSEEK)
 
 
-
 def _side_by_side(name: str, description: str, ours: Arm, theirs: Arm,
                   matmul: str) -> Benchmark:
     """Our arm against FlashInfer's remote arm on the DeepSeek-like cases, read against the
