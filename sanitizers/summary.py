@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tests.harness.json_fields import json_fields
+
 STATUS_PASS = "pass"
 STATUS_FAIL = "fail"
 STATUS_UNKNOWN = "unknown"
@@ -64,16 +66,7 @@ class SanitizerSummary:
         )
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "tool": self.tool,
-            "status": self.status,
-            "errors": self.errors,
-            "warnings": self.warnings,
-            "hazards": self.hazards,
-            "leaked_bytes": self.leaked_bytes,
-            "leaked_allocations": self.leaked_allocations,
-            "reason": self.reason,
-        }
+        return json_fields(self)
 
 
 def _sum(matches: list[re.Match[str]], group: int) -> int | None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sanitizers.summary import STATUS_PASS, SanitizerSummary, parse_summary
+from tests.harness.json_fields import json_fields
 from tests.harness.runner import TIMEOUT_EXIT, run_process
 from tests.suites import SANITIZER_TOOLS, SanitizerCoverage
 
@@ -63,19 +64,7 @@ class CaseResult:
     command: tuple[str, ...]
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "tool": self.tool,
-            "case": self.case,
-            "expect": self.expect,
-            "ok": self.ok,
-            "reason": self.reason,
-            "summary": self.summary.as_dict(),
-            "returncode": self.returncode,
-            "timed_out": self.timed_out,
-            "duration_s": self.duration_s,
-            "log": self.log,
-            "command": list(self.command),
-        }
+        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -88,12 +77,7 @@ class ToolRun:
     results: tuple[CaseResult, ...] = field(default=())
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "tool": self.tool,
-            "status": self.status,
-            "message": self.message,
-            "cases": [r.as_dict() for r in self.results],
-        }
+        return json_fields(self, renamed={"results": "cases"})
 
 
 def find_compute_sanitizer() -> str | None:

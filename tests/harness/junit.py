@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.harness.json_fields import json_fields
+
 
 @dataclass(frozen=True)
 class JUnitCounts:
@@ -27,15 +29,7 @@ class JUnitCounts:
     failed_ids: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "tests": self.tests,
-            "passed": self.passed,
-            "failed": self.failures,
-            "errors": self.errors,
-            "skipped": self.skipped,
-            "skipped_ids": list(self.skipped_ids),
-            "failed_ids": list(self.failed_ids),
-        }
+        return json_fields(self, renamed={"failures": "failed"})
 
     def __add__(self, other: JUnitCounts) -> JUnitCounts:
         return JUnitCounts(

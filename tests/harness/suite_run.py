@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.harness.gpu_neighbours import NeighbourReport, NeighbourWatch, judge_exclusive
+from tests.harness.json_fields import json_fields
 from tests.harness.junit import JUnitCounts, case_ids, parse_junit, parse_many
 from tests.harness.runner import run_process
 from tests.harness.shard import SHARD_OPTION, SHARD_PLUGIN
@@ -90,19 +91,8 @@ class SuiteRun:
     details: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "message": self.message,
-            "duration_s": self.duration_s,
-            "returncode": self.returncode,
-            "timed_out": self.timed_out,
-            "commands": [list(c) for c in self.commands],
-            "counts": self.counts,
-            "junit": list(self.junit),
-            "logs": list(self.logs),
-            **self.details,
-        }
+        """The fields, ``details`` spread among them."""
+        return {**json_fields(self, omit=("details",)), **self.details}
 
 
 def _rel(ctx: RunContext, p: Path) -> str:
