@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,24 @@ def _tiny_copy(case: Case, ctx: BuildContext) -> Workload:
     src = torch.randn(case.shape["n"], generator=ctx.generator(), device=ctx.device)
     dst = torch.empty_like(src)
     return Workload(lambda: dst.copy_(src), bytes_moved=2 * src.nbytes, ceiling="copy_bw")
+
+
+@contextmanager
+def _fake_benchmark(monkeypatch, name: str, seed: int, description: str = "fair",  # type: ignore[no-untyped-def]
+                    **arm: float) -> Iterator[None]:
+    """Benchmark ``name`` (one case, no ceilings; its candidate a ``FakeDevice`` arm of 1 ms,
+    1 % jitter and ``arm``'s other settings) registered for the block, the fake device the
+    CLI's backend."""
+    dev = FakeDevice(seed=seed)
+    monkeypatch.setattr(cli, "default_backend", lambda kind, index=None: dev.backend)
+    register_benchmark(
+        Benchmark(name=name, description=description, ceilings=(), cases=(Case("c"),),
+                  candidate=dev.arm("x", 1e-3, jitter=0.01, **arm))
+    )
+    try:
+        yield
+    finally:
+        unregister_benchmark(name)
 
 
 @pytest.fixture
@@ -76,35 +96,18 @@ def test_quick_cpu_run_writes_a_valid_record(tiny, tmp_path: Path, capsys) -> No
 
 
 def test_cli_exits_3_when_the_aa_control_is_not_noise(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    dev = FakeDevice(seed=1)
-    monkeypatch.setattr(cli, "default_backend", lambda kind, index=None: dev.backend)
-    register_benchmark(
-        Benchmark(
-            name="test-biased", description="second build slower", ceilings=(),
-            cases=(Case("c"),), candidate=dev.arm("x", 1e-3, jitter=0.01, build_penalty=0.1),
-        )
-    )
-    try:
+    with _fake_benchmark(monkeypatch, "test-biased", 1, "second build slower",
+                         build_penalty=0.1):
         rc = cli.main(["test-biased", "--device", "cpu", "--cache", "warm", "--no-plots",
                        "--output-dir", str(tmp_path)])
-    finally:
-        unregister_benchmark("test-biased")
     assert rc == cli.EXIT_CONTROL_NOT_NOISE
     assert json.loads((tmp_path / "test-biased.json").read_text())["control_is_noise"] is False
 
 
 def test_cli_exits_0_when_the_aa_control_is_noise(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    dev = FakeDevice(seed=1)
-    monkeypatch.setattr(cli, "default_backend", lambda kind, index=None: dev.backend)
-    register_benchmark(
-        Benchmark(name="test-fair", description="fair", ceilings=(), cases=(Case("c"),),
-                  candidate=dev.arm("x", 1e-3, jitter=0.01))
-    )
-    try:
+    with _fake_benchmark(monkeypatch, "test-fair", 1):
         rc = cli.main(["test-fair", "--device", "cpu", "--no-plots", "--emulated-ranks", "2",
                        "--output-dir", str(tmp_path)])
-    finally:
-        unregister_benchmark("test-fair")
     assert rc == 0
     rec = json.loads((tmp_path / "test-fair.json").read_text())
     assert rec["ranks"] == {"mode": "emulated", "world_size": 2}
@@ -147,17 +150,9 @@ def test_workload_compared_with_a_ceiling_must_declare_its_work() -> None:
 
 
 def _fair_run(monkeypatch, out: Path, *extra: str) -> int:  # type: ignore[no-untyped-def]
-    dev = FakeDevice(seed=2)
-    monkeypatch.setattr(cli, "default_backend", lambda kind, index=None: dev.backend)
-    register_benchmark(
-        Benchmark(name="test-fair2", description="fair", ceilings=(), cases=(Case("c"),),
-                  candidate=dev.arm("x", 1e-3, jitter=0.01))
-    )
-    try:
+    with _fake_benchmark(monkeypatch, "test-fair2", 2):
         return cli.main(["test-fair2", "--device", "cpu", "--cache", "warm", "--pairs", "4",
                          "--output-dir", str(out), *extra])
-    finally:
-        unregister_benchmark("test-fair2")
 
 
 def test_without_matplotlib_the_run_writes_json_and_markdown_and_says_how_to_plot(
