@@ -9,16 +9,15 @@ Runs on the CPU over a throwaway tree (the GPU preflight is given a stand-in GPU
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.harness.qualify_main import main
+from tests.host.scratch_tree import import_this_checkout, write_tree
 from tests.suites import Suite
 
-ROOT = Path(__file__).resolve().parents[2]
 H200 = {"index": 0, "name": "stand-in", "arch": "sm_90", "total_memory_bytes": 1}
 LEAN = ("-p", "no:xdist", "-p", "no:hypothesispytest", "-p", "no:cacheprovider")
 
@@ -58,18 +57,15 @@ def test_only_on_rank_1():
 
 @pytest.fixture()
 def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "tree"
-    (root / "m").mkdir(parents=True)
-    (root / "m" / "test_world.py").write_text(WORLD_TEST)
-    (root / "m" / "conftest.py").write_text(
-        "import os\n"
-        "def pytest_ignore_collect(collection_path, config):\n"
-        "    return (collection_path.name == 'test_extra.py'\n"
-        "            and os.environ.get('RANK') != '1')\n")
+    root = write_tree(tmp_path / "tree", {
+        "m/test_world.py": WORLD_TEST,
+        "m/conftest.py": "import os\n"
+                         "def pytest_ignore_collect(collection_path, config):\n"
+                         "    return (collection_path.name == 'test_extra.py'\n"
+                         "            and os.environ.get('RANK') != '1')\n"})
     (tmp_path / "pids").mkdir()
     monkeypatch.setenv("PIDS_DIR", str(tmp_path / "pids"))
-    # rank_pytest lives in this repository; the throwaway tree must still find it.
-    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    import_this_checkout(monkeypatch)
     return root
 
 

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.harness.qualify_main import main
+from tests.host.scratch_tree import import_this_checkout, write_executable, write_tree
 from tests.host.test_qualify_multi import H200, throwaway_multi_suites
 from tests.suites import SanitizerCoverage
 
-ROOT = Path(__file__).resolve().parents[2]
 FAKE_TOOL = r"""#!/bin/bash
 # Stand-in for compute-sanitizer: runs its target, reports errors for a planted node id or
 # for the rank named in FAKE_BAD_RANK, to --log-file when given (else stdout).
@@ -54,17 +53,12 @@ def test_not_designated():
 
 @pytest.fixture()
 def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "tree"
-    (root / "m").mkdir(parents=True)
-    (root / "m" / "test_world.py").write_text(TESTS)
-    (root / "p").mkdir()
-    (root / "p" / "test_self.py").write_text("def test_planted():\n    pass\n")
-    tool = tmp_path / "compute-sanitizer"
-    tool.write_text(FAKE_TOOL)
-    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    root = write_tree(tmp_path / "tree", {"m/test_world.py": TESTS,
+                                          "p/test_self.py": "def test_planted():\n    pass\n"})
+    write_executable(tmp_path / "compute-sanitizer", FAKE_TOOL)
     monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls.txt"))
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    import_this_checkout(monkeypatch)
     return root
 
 

@@ -9,7 +9,6 @@ tests can check the flags the wrapper passes.
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from sanitizers.wrapper import (
     write_junit,
 )
 from tests.harness.junit import parse_junit
+from tests.host.scratch_tree import write_executable, write_tree
 from tests.suites import SanitizerCoverage
 
 FAKE_TOOL = r"""#!/bin/bash
@@ -66,17 +66,13 @@ def test_hangs(): time.sleep(120)
 
 @pytest.fixture()
 def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "tree"
-    (root / "t").mkdir(parents=True)
-    (root / "t" / "test_cases.py").write_text(TESTS)
-    (root / "t" / "test_marked.py").write_text(
-        "import pytest\n@pytest.mark.sanitizer\ndef test_designated(): pass\n"
-        "def test_unmarked(): pass\n")
-    (root / "t" / "test_targets.py").write_text(
-        "import pytest\n@pytest.mark.sanitizer\ndef test_planted_target(): pass\n")
-    exe = tmp_path / "compute-sanitizer"
-    exe.write_text(FAKE_TOOL)
-    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    root = write_tree(tmp_path / "tree", {
+        "t/test_cases.py": TESTS,
+        "t/test_marked.py": "import pytest\n@pytest.mark.sanitizer\ndef test_designated(): pass\n"
+                            "def test_unmarked(): pass\n",
+        "t/test_targets.py": "import pytest\n@pytest.mark.sanitizer\n"
+                             "def test_planted_target(): pass\n"})
+    write_executable(tmp_path / "compute-sanitizer", FAKE_TOOL)
     monkeypatch.setenv("FAKE_SANITIZER_CALLS", str(tmp_path / "calls.jsonl"))
     return root
 
