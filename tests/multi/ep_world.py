@@ -20,7 +20,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from fixtures.scenarios import RankInputs, ScenarioState
+from fixtures.scenarios import RankInputs, ScenarioState, make_scenario, make_sequence
 from megamoe.backends import LayerSpec, MoEBackend, MoEHandle, load_backend
 from megamoe.comm.launch import make_world
 from megamoe.comm.world import World, WorldInfo
@@ -207,18 +207,35 @@ def rank_inputs(r: RankInputs, device: torch.device
     return x.to(device), ids.to(device), w.to(device)
 
 
+def world_scenario(world: World, shape: MultiShape, name: str, seed: int) -> ScenarioState:
+    """The scenario library's state ``name`` for every rank of ``world`` at ``shape``'s sizes
+    (``fixtures.scenarios.make_scenario``)."""
+    return make_scenario(name, world_size=world.size, capacity=shape.capacity,
+                         top_k=shape.top_k, num_experts=shape.experts,
+                         hidden_size=shape.hidden, seed=seed)
+
+
+def rank_scenario_inputs(world: World, shape: MultiShape, name: str, seed: int
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """This rank's live inputs of the state ``name`` (``world_scenario``), on its device."""
+    return rank_inputs(world_scenario(world, shape, name, seed).ranks[world.rank], world.device)
+
+
+def world_sequence(world: World, shape: MultiShape, seed: int) -> tuple[ScenarioState, ...]:
+    """Every state of ``CHANGING_ROUTE_SEQUENCE``, in order, for every rank of ``world`` at
+    ``shape``'s sizes (``fixtures.scenarios.make_sequence``)."""
+    return make_sequence(world_size=world.size, capacity=shape.capacity, top_k=shape.top_k,
+                         num_experts=shape.experts, hidden_size=shape.hidden, seed=seed)
+
+
 def eager_changing_run(world: World, layer: MoEHandle, ep1: MoEHandle, shape: MultiShape,
                        cfg: LayerSpec, names: tuple[str, ...], seed: int) -> Verdict:
     """Eager forwards over the scenario states ``names`` with NaN poured into every region of
     both layers between states (then a barrier, so no peer pushes before the poison is in);
     every rank's every live row against the collective oracle and bitwise against EP1."""
-    from fixtures.scenarios import make_scenario
-
     verdict = Verdict()
     for i, name in enumerate(names):
-        state = make_scenario(name, world_size=world.size, capacity=shape.capacity,
-                              top_k=shape.top_k, num_experts=shape.experts,
-                              hidden_size=shape.hidden, seed=seed)
+        state = world_scenario(world, shape, name, seed)
         x, ids, w = rank_inputs(state.ranks[world.rank], world.device)
         if i == 0:
             layer.warmup(x, ids, w)

@@ -9,10 +9,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fixtures.scenarios import make_scenario
 from megamoe import RouteError
 from oracle.routing import find_route_violations
-from tests.multi.ep_world import OURS, Verdict, bits, build_layer, config, rank_inputs, shape_of
+from tests.multi.ep_world import (
+    OURS,
+    Verdict,
+    bits,
+    build_layer,
+    config,
+    rank_inputs,
+    shape_of,
+    world_scenario,
+)
 
 BAD_ROW = 3
 
@@ -28,9 +36,7 @@ def test_a_bad_route_on_one_rank_fails_that_rank_only(world, recipe) -> None:
     bad_rank = world.size - 1
     verdict = Verdict()
     try:
-        state = make_scenario("dense-C", world_size=world.size, capacity=shape.capacity,
-                              top_k=shape.top_k, num_experts=shape.experts,
-                              hidden_size=shape.hidden, seed=31)
+        state = world_scenario(world, shape, "dense-C", 31)
         x, ids, w = rank_inputs(state.ranks[world.rank], world.device)
         layer.warmup(x, ids, w)
         clean = ep1.warmup(x, ids, w)

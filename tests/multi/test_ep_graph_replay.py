@@ -19,7 +19,7 @@ import dataclasses
 import pytest
 import torch
 
-from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, RESTORED_FROM, make_sequence
+from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, RESTORED_FROM
 from megamoe.graphs import capture
 from tests.layer_check import layer_routes
 from tests.multi.ep_world import (
@@ -33,6 +33,7 @@ from tests.multi.ep_world import (
     judge_first,
     oracle_outputs,
     shape_of,
+    world_sequence,
 )
 
 REPLAYS_PER_STATE = 17
@@ -47,9 +48,7 @@ def test_changing_route_scenarios_replay_on_one_graph_per_rank(moe_backend, worl
     v = Verdict()
     first_bits: dict[str, torch.Tensor] = {}
     try:
-        states = make_sequence(world_size=world.size, capacity=shape.capacity,
-                               top_k=shape.top_k, num_experts=shape.experts,
-                               hidden_size=shape.hidden, seed=5)
+        states = world_sequence(world, shape, 5)
         assert [s.name for s in states] == list(CHANGING_ROUTE_SEQUENCE)
         for state in states:
             mine = state.ranks[world.rank]
@@ -133,9 +132,7 @@ def test_sanitizer_case_changing_routes_small(moe_backend, world, recipe) -> Non
     cl = CapturedLayer(moe_backend, world, config(shape, recipe), shape)
     v = Verdict()
     try:
-        states = {s.name: s for s in make_sequence(
-            world_size=world.size, capacity=shape.capacity, top_k=shape.top_k,
-            num_experts=shape.experts, hidden_size=shape.hidden, seed=7)}
+        states = {s.name: s for s in world_sequence(world, shape, 7)}
         for name in SANITIZER_STATES:
             mine = states[name].ranks[world.rank]
             cl.load(mine.hidden, mine.topk_ids, mine.topk_weights, mine.num_tokens)
@@ -165,9 +162,7 @@ def test_masked_slot_contents_never_change_a_replayed_bit(moe_backend, world, mo
     cl = CapturedLayer(moe_backend, world, config(shape, "fp8_mxfp4"), shape)
     v = Verdict()
     try:
-        state = make_sequence(world_size=world.size, capacity=shape.capacity,
-                              top_k=shape.top_k, num_experts=shape.experts,
-                              hidden_size=shape.hidden, seed=43)[3]  # sparse-holes
+        state = world_sequence(world, shape, 43)[3]  # sparse-holes
         mine = state.ranks[world.rank]
         masked = mine.topk_ids == -1
         router = torch.rand(mine.topk_weights.shape, generator=torch.Generator().manual_seed(3))
@@ -201,9 +196,7 @@ def test_a_bad_route_on_one_rank_under_graphs_marks_its_row_only(moe_backend, wo
     v = Verdict()
     bad_rank, bad_row = world.size - 1, 2
     try:
-        state = make_sequence(world_size=world.size, capacity=shape.capacity,
-                              top_k=shape.top_k, num_experts=shape.experts,
-                              hidden_size=shape.hidden, seed=47)[7]  # dense-C
+        state = world_sequence(world, shape, 47)[7]  # dense-C
         mine = state.ranks[world.rank]
         t = mine.num_tokens
         cl.load(mine.hidden, mine.topk_ids, mine.topk_weights, t)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.scenarios import make_scenario
 from tests.multi.ep_world import (
     RECIPES,
     Verdict,
     build_layer,
     config,
     digest,
-    rank_inputs,
+    rank_scenario_inputs,
     shape_of,
 )
 
@@ -36,10 +35,7 @@ def test_rows_are_bitwise_equal_in_every_world_size_and_across_reruns(
     try:
         for i, name in enumerate(STATES):
             # the same rows for this rank in every world: generated for the largest world
-            state = make_scenario(name, world_size=world.size, capacity=shape.capacity,
-                                  top_k=shape.top_k, num_experts=shape.experts,
-                                  hidden_size=shape.hidden, seed=17)
-            x, ids, w = rank_inputs(state.ranks[world.rank], world.device)
+            x, ids, w = rank_scenario_inputs(world, shape, name, 17)
             ref = ep1.warmup(x, ids, w) if i == 0 else ep1.forward(x, ids, w)
             for p, layer in layers.items():
                 got = layer.warmup(x, ids, w) if i == 0 else layer.forward(x, ids, w)

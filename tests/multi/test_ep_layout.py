@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE, make_scenario
+from fixtures.scenarios import CHANGING_ROUTE_SEQUENCE
 from oracle.routing import dispatch_layout, stage_routes
-from tests.multi.ep_world import OURS, Verdict, build_layer, config, shape_of
+from tests.multi.ep_world import OURS, Verdict, build_layer, config, shape_of, world_scenario
 
 LAYOUT_FIELDS = ("counts", "expert_counts", "rank_counts", "expert_offsets", "order",
                  "order_expert", "active_extent")
@@ -39,9 +39,7 @@ def test_layout_and_received_rows_prove_their_source(world) -> None:
     verdict = Verdict()
     try:
         for i, name in enumerate(CHANGING_ROUTE_SEQUENCE):
-            state = make_scenario(name, world_size=world.size, capacity=shape.capacity,
-                                  top_k=shape.top_k, num_experts=shape.experts,
-                                  hidden_size=shape.hidden, seed=23)
+            state = world_scenario(world, shape, name, 23)
             live = [r.live() for r in state.ranks]
             x, ids, w = (t.to(world.device) for t in live[world.rank])
             x = tag(x, world.rank)

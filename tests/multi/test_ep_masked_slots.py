@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fixtures.scenarios import make_scenario
 from megamoe.route_check_setting import ENV_VAR
-from tests.multi.ep_world import Verdict, bits, build_layer, config, rank_inputs, shape_of
+from tests.multi.ep_world import Verdict, bits, build_layer, config, rank_scenario_inputs, shape_of
 
 MASKED_CONTENTS = (float("nan"), float("inf"), float("-inf"), 0.0, "router")
 
@@ -26,10 +25,7 @@ def test_masked_slot_contents_never_change_a_bit(moe_backend, world, monkeypatch
     layer = build_layer(moe_backend, config(shape, recipe), world, shape, world.device)
     verdict = Verdict()
     try:
-        state = make_scenario("sparse-holes", world_size=world.size, capacity=shape.capacity,
-                              top_k=shape.top_k, num_experts=shape.experts,
-                              hidden_size=shape.hidden, seed=29)
-        x, ids, w = rank_inputs(state.ranks[world.rank], world.device)
+        x, ids, w = rank_scenario_inputs(world, shape, "sparse-holes", 29)
         router = torch.rand(w.shape, generator=torch.Generator().manual_seed(world.rank))
         ref = None
         for content in MASKED_CONTENTS:

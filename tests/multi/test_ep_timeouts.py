@@ -10,14 +10,13 @@ import time
 
 import pytest
 
-from fixtures.scenarios import make_scenario
 from megamoe import CommTimeoutError, ConfigError
 from tests.multi.ep_world import (
     OURS,
     Verdict,
     build_layer,
     config,
-    rank_inputs,
+    rank_scenario_inputs,
     shape_of,
     short_timeout_world,
 )
@@ -34,10 +33,7 @@ def _warm_layer(world, seed: int):  # type: ignore[no-untyped-def]
     shape = shape_of(world)
     short = short_timeout_world(world, TIMEOUT_S)
     layer = build_layer(OURS, config(shape), short, shape, world.device)
-    state = make_scenario("dense-C", world_size=world.size, capacity=shape.capacity,
-                          top_k=shape.top_k, num_experts=shape.experts,
-                          hidden_size=shape.hidden, seed=seed)
-    x, ids, w = rank_inputs(state.ranks[world.rank], world.device)
+    x, ids, w = rank_scenario_inputs(world, shape, "dense-C", seed)
     layer.warmup(x, ids, w)
     return short, layer, (x, ids, w)
 
