@@ -42,6 +42,18 @@ CFG_IDS = [c.name for c in MXFP4_CONFIGS]
 SHAPES = {"swiglu": (640, 256), "plain": (576, 384)}  # (K, N): K spans > stages k tiles
 
 
+def identity_gemm(w, k: int, n: int, device, config=None) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """``a = I`` (bf16, one expert of ``k`` rows) times the weights ``w`` through the kernel
+    (``config``: the variant, else the default), float32 ``[k, n]``: ``w``'s decoded values,
+    transposed; returned on the CPU."""
+    counts = torch.tensor([k], dtype=torch.int32)
+    eye = torch.eye(k, dtype=torch.bfloat16, device=device)
+    out = torch.empty(k, n, dtype=torch.float32, device=device)
+    assert grouped_gemm(eye, w, padded_segment_starts(counts).to(device), counts.to(device),
+                        out, mode="plain", config=config) == api.PATH_KERNEL
+    return out.cpu()
+
+
 def split_workspace_for(case, mode, cfg) -> SplitKWorkspace | None:
     """A fresh split-K workspace for ``case`` when ``cfg`` splits K (rows: all of ``M_cap``)."""
     if cfg is None or cfg.splits == 1:
@@ -183,16 +195,11 @@ def test_decode_is_exact_for_every_code_under_every_scale_byte(cuda_device) -> N
     sbytes = torch.arange(n, dtype=torch.int32).to(torch.uint8).view(1, n, 1)
     sbytes = sbytes.expand(1, n, k // 32).contiguous()
     w = Mxfp4Matrix(codes.to(cuda_device), sbytes.to(cuda_device))
-    counts = torch.tensor([k], dtype=torch.int32)
-    eye = torch.eye(k, dtype=torch.bfloat16, device=cuda_device)
-    out = torch.empty(k, n, dtype=torch.float32, device=cuda_device)
-    assert grouped_gemm(eye, w, padded_segment_starts(counts).to(cuda_device),
-                        counts.to(cuda_device), out, mode="plain") == api.PATH_KERNEL
+    got = identity_gemm(w, k, n, cuda_device)
     deq = dequantize_mxfp4(codes[0], sbytes[0])  # the oracle's float32 values [N, K]
     want = deq.t().contiguous()
     poisoned = ~torch.isfinite(deq).all(dim=1)  # 0 * NaN (or Inf) in every row of a = I
     want[:, poisoned] = float("nan")
-    got = out.cpu()
     assert torch.equal(got.isnan(), want.isnan())
     fin = ~want.isnan()
     bad = (got[fin] != want[fin]).nonzero().flatten()

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megamoe.experts import api
-from megamoe.experts.api import grouped_gemm, padded_segment_starts
+from megamoe.experts.api import padded_segment_starts
 from megamoe.experts.mxfp4_gemm_kernel import MXFP8_CONFIGS
 from megamoe.experts.mxfp8 import Mxfp8Matrix
 from megamoe.layer import permute
@@ -18,7 +17,7 @@ from megamoe.layer.permute import widen_mx_rows
 from oracle import formats as of
 from tests.host.test_grouped_gemm_host import poison_
 from tests.mxfp4_case import make_mxfp4_case
-from tests.single.test_mxfp4_gemm_kernel import SHAPES, _check, _run
+from tests.single.test_mxfp4_gemm_kernel import SHAPES, _check, _run, identity_gemm
 
 
 def _same_values(got: torch.Tensor, want: torch.Tensor) -> bool:
@@ -33,13 +32,20 @@ def _same_values(got: torch.Tensor, want: torch.Tensor) -> bool:
 @pytest.mark.parametrize(("mode", "out_dtype"), [("swiglu", torch.float32),
                                                  ("plain", torch.bfloat16)])
 def test_mxfp8_gemm_rows_match_the_torch_path(cuda_device, cfg, mode, out_dtype) -> None:
+    gemm_rows_match_the_torch_path(cfg, mode, seed=41, pre=False, out_dtype=out_dtype,
+                                   device=cuda_device, weights="mxfp8")
+
+
+def gemm_rows_match_the_torch_path(cfg, mode: str, **case: object) -> None:  # type: ignore[no-untyped-def]
+    """The grouped GEMM variant ``cfg`` in ``mode`` (``SHAPES[mode]``; clamp 0.75 for swiglu)
+    over expert counts ``[0, 1, 130, 77]`` (``make_mxfp4_case(..., **case)``): every live row
+    within the bound of the PyTorch path, every other row still poisoned (``_check``)."""
     k, n = SHAPES[mode]
-    case = make_mxfp4_case(mode, [0, 1, 130, 77], k, n, seed=41, pre=False,
-                           out_dtype=out_dtype, device=cuda_device, weights="mxfp8")
-    poison_(case["out"])
+    made = make_mxfp4_case(mode, [0, 1, 130, 77], k, n, **case)
+    poison_(made["out"])
     clamp = 0.75 if mode == "swiglu" else None
-    _run(case, mode, clamp, cfg)
-    _check(case, mode, clamp)
+    _run(made, mode, clamp, cfg)
+    _check(made, mode, clamp)
 
 
 NAN_ROWS = (10, 11, 200, 201)
@@ -68,18 +74,12 @@ def test_mxfp8_decode_is_exact_for_every_byte_under_every_scale_byte(cuda_device
     sbytes = torch.arange(n, dtype=torch.int32).to(torch.uint8).view(n, 1).expand(n, k // 32)
     w = Mxfp8Matrix(payload.view(torch.float8_e4m3fn).unsqueeze(0).to(cuda_device),
                     sbytes.contiguous().unsqueeze(0).to(cuda_device))
-    counts = torch.tensor([k], dtype=torch.int32)
-    eye = torch.eye(k, dtype=torch.bfloat16, device=cuda_device)
-    out = torch.empty(k, n, dtype=torch.float32, device=cuda_device)
-    assert grouped_gemm(eye, w, padded_segment_starts(counts).to(cuda_device),
-                        counts.to(cuda_device), out, mode="plain",
-                        config=cfg) == api.PATH_KERNEL
+    got = identity_gemm(w, k, n, cuda_device, config=cfg)
     deq = w.dequantize()[0].cpu()  # float32 [N, K]
     # the kernel multiplies bf16 values: the dequantized value rounded to bf16
     want = deq.to(torch.bfloat16).to(torch.float32).t().contiguous()
     poisoned = ~torch.isfinite(deq).all(dim=1)
     want[:, poisoned] = float("nan")
-    got = out.cpu()
     assert torch.equal(got.isnan(), want.isnan())
     fin = ~want.isnan()
     assert torch.equal(got[fin], want[fin])

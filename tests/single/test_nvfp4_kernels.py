@@ -8,19 +8,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megamoe.experts import api
-from megamoe.experts.api import grouped_gemm, padded_segment_starts
 from megamoe.experts.mxfp4_gemm_kernel import NVFP4_CONFIGS
 from megamoe.experts.nvfp4 import Nvfp4Matrix
 from megamoe.layer.a2_quant import quantize_a2_nvfp4, quantize_a2_nvfp4_torch
 from megamoe.layer.permute import widen_nvfp4_rows
 from oracle import formats as of
-from tests.host.test_grouped_gemm_host import poison_
-from tests.mxfp4_case import make_mxfp4_case
-from tests.single.test_mxfp4_gemm_kernel import SHAPES, _check, _run
+from tests.single.test_mxfp4_gemm_kernel import identity_gemm
 from tests.single.test_mxfp8_kernels import (
     a2_matches_the_torch_path,
     gather_matches_the_torch_path,
+    gemm_rows_match_the_torch_path,
 )
 
 
@@ -28,13 +25,8 @@ from tests.single.test_mxfp8_kernels import (
 @pytest.mark.parametrize(("mode", "out_dtype"), [("swiglu", torch.float32),
                                                  ("plain", torch.bfloat16)])
 def test_nvfp4_gemm_rows_match_the_torch_path(cuda_device, cfg, mode, out_dtype) -> None:
-    k, n = SHAPES[mode]
-    case = make_mxfp4_case(mode, [0, 1, 130, 77], k, n, seed=51, out_dtype=out_dtype,
-                           device=cuda_device, weights="nvfp4")
-    poison_(case["out"])
-    clamp = 0.75 if mode == "swiglu" else None
-    _run(case, mode, clamp, cfg)
-    _check(case, mode, clamp)
+    gemm_rows_match_the_torch_path(cfg, mode, seed=51, out_dtype=out_dtype, device=cuda_device,
+                                   weights="nvfp4")
 
 
 @pytest.mark.contract("s4.nvfp4")
@@ -48,16 +40,11 @@ def test_nvfp4_decode_is_exact_for_every_code_under_every_scale_byte(cuda_device
     w = Nvfp4Matrix(codes.unsqueeze(0).contiguous().to(cuda_device),
                     sbytes.contiguous().view(torch.float8_e4m3fn).unsqueeze(0).to(cuda_device),
                     torch.ones(1, device=cuda_device))
-    counts = torch.tensor([k], dtype=torch.int32)
-    eye = torch.eye(k, dtype=torch.bfloat16, device=cuda_device)
-    out = torch.empty(k, n, dtype=torch.float32, device=cuda_device)
-    assert grouped_gemm(eye, w, padded_segment_starts(counts).to(cuda_device),
-                        counts.to(cuda_device), out, mode="plain") == api.PATH_KERNEL
+    got = identity_gemm(w, k, n, cuda_device)
     deq = w.dequantize(with_global=False)[0].cpu()
     want = deq.t().contiguous()
     poisoned = ~torch.isfinite(deq).all(dim=1)
     want[:, poisoned] = float("nan")
-    got = out.cpu()
     assert torch.equal(got.isnan(), want.isnan())
     fin = ~want.isnan()
     assert torch.equal(got[fin], want[fin])
