@@ -31,6 +31,7 @@ from tests.single.test_staging_helpers import (
     layout,
     make_hidden,
     make_routes,
+    make_stage_inputs,
     mismatches,
     noncanonical_nans,
     oracle_stage,
@@ -45,17 +46,6 @@ def _ws(fmt, c=16, k=4, h=64, device="cpu", guard=64, check=True, monkeypatch=No
         monkeypatch.setenv(ENV_VAR, "1" if check else "0")
     warmup(ws)
     return ws
-
-
-def _inputs(gen, fmt, t, h, regime="normal"):
-    """(hidden, hidden_scales) for ``fmt``: bf16 activations, or a prequantized pair."""
-    x = make_hidden(gen, t, h, regime=regime)
-    if fmt.kind == "mxfp8_prequant":
-        p, s = of.quantize_mxfp8(x, elem=fmt.elem)
-        return p, s
-    if fmt.kind == "nvfp4_prequant":
-        return of.quantize_nvfp4(x, 1.0)
-    return x, None
 
 
 # ---------------------------------------------------------------- constants
@@ -111,7 +101,7 @@ def _valid_call(fmt=None):
     fmt = fmt or StageFormat("bf16")
     gen = torch.Generator().manual_seed(1)
     ws = StagingWorkspace.create(16, 4, 64, fmt)
-    hidden, scales = _inputs(gen, fmt, 8, 64)
+    hidden, scales = make_stage_inputs(gen, fmt, 8, 64)
     ids, w = make_routes(gen, 8, 4, 32)
     return ws, dict(hidden=hidden, topk_ids=ids, topk_weights=w, num_experts=32,
                     hidden_scales=scales)
@@ -306,7 +296,7 @@ def test_torch_path_matches_oracle_bitwise(fmt, regime):
     gen = torch.Generator().manual_seed(5)
     c, k, h, t, e = 12, 4, 96, 9, 16
     ws = _ws(fmt, c=c, k=k, h=h)
-    hidden, scales = _inputs(gen, fmt, t, h, regime)
+    hidden, scales = make_stage_inputs(gen, fmt, t, h, regime=regime)
     ids, w = make_routes(gen, t, k, e)
     fill_guards(ws)
     before = snapshot(hidden, ids, w, scales)

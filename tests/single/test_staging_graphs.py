@@ -20,8 +20,8 @@ from megamoe.staging import (
     stage,
     warmup,
 )
-from oracle import formats as of
 from tests.single.test_staging_helpers import (
+    caller_hidden,
     fill_guards,
     guards_intact,
     make_hidden,
@@ -39,13 +39,7 @@ def _contents(gen, fmt, t, phase):
     x = make_hidden(gen, t, H)
     mask_frac = {"masked": 1.0, "sparse": 0.9}.get(phase, 0.25)
     ids, w = make_routes(gen, t, K, E, mask_frac=mask_frac)
-    if fmt.kind == "mxfp8_prequant":
-        p, s = of.quantize_mxfp8(x, elem=fmt.elem)
-        return p, s, ids, w
-    if fmt.kind == "nvfp4_prequant":
-        p, s = of.quantize_nvfp4(x, 1.0)
-        return p, s, ids, w
-    return x, None, ids, w
+    return (*caller_hidden(fmt, x), ids, w)
 
 
 PHASES = (

@@ -133,6 +133,27 @@ def make_hidden(gen: torch.Generator, t: int, h: int, *, regime: str = "normal",
     return x.to(torch.bfloat16).to(device)
 
 
+def caller_hidden(fmt: StageFormat, x: torch.Tensor, device="cpu"  # type: ignore[no-untyped-def]
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(hidden, hidden_scales) a caller of ``fmt`` passes for the bf16 activations ``x``: ``x``
+    itself, or the oracle's prequantized MXFP8 / NVFP4 pair (global scale 1); on ``device``."""
+    if fmt.kind == "mxfp8_prequant":
+        p, s = of.quantize_mxfp8(x, elem=fmt.elem)
+        return p.to(device), s.to(device)
+    if fmt.kind == "nvfp4_prequant":
+        p, s = of.quantize_nvfp4(x, 1.0)
+        return p.to(device), s.to(device)
+    return x.to(device), None
+
+
+def make_stage_inputs(gen: torch.Generator, fmt: StageFormat, t: int, h: int, *,  # type: ignore[no-untyped-def]
+                      regime: str = "normal", device="cpu"
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(hidden, hidden_scales) for ``fmt`` from ``make_hidden(gen, t, h, regime=regime)``
+    (``caller_hidden``), on ``device``."""
+    return caller_hidden(fmt, make_hidden(gen, t, h, regime=regime), device)
+
+
 @dataclass(frozen=True)
 class Expected:
     """The oracle's bytes for one staging call: full ids/scores [C, K]; payload/scales rows

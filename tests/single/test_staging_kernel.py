@@ -26,6 +26,7 @@ from tests.single.test_staging_helpers import (
     layout,
     make_hidden,
     make_routes,
+    make_stage_inputs,
     mismatches,
     noncanonical_nans,
     oracle_stage,
@@ -36,17 +37,6 @@ from tests.single.test_staging_helpers import (
 QUANT_FORMATS = tuple(f for f in STAGE_FORMATS if f.quantizes)
 GLOBAL_SCALES = (1.0, 0.37, 1e-3, 3.0, 2.0**-20)
 HIDDEN = (32, 64, 96, 160, 1024, 4096, 7168, 16384)
-
-
-def _inputs(gen, fmt, t, h, dev, regime="normal"):
-    x = make_hidden(gen, t, h, regime=regime)
-    if fmt.kind == "mxfp8_prequant":
-        p, s = of.quantize_mxfp8(x, elem=fmt.elem)
-        return p.to(dev), s.to(dev)
-    if fmt.kind == "nvfp4_prequant":
-        p, s = of.quantize_nvfp4(x, 1.0)
-        return p.to(dev), s.to(dev)
-    return x.to(dev), None
 
 
 def _ws(fmt, c, k, h, dev, id_dtype, score_dtype):
@@ -85,7 +75,7 @@ def test_kernel_matches_oracle_bitwise(cuda_device, fmt, h, c, t_frac, k, e, id_
     t = round(t_frac * c)
     gen = torch.Generator().manual_seed(seed)
     ws = _ws(fmt, c, k, h, cuda_device, id_dtype, score_dtype)
-    hidden, scales = _inputs(gen, fmt, t, h, cuda_device, regime)
+    hidden, scales = make_stage_inputs(gen, fmt, t, h, regime=regime, device=cuda_device)
     ids, w = make_routes(gen, t, k, e, id_dtype=id_dtype, score_dtype=score_dtype,
                          device=cuda_device)
     ids, w = layout(ids, id_layout), layout(w, score_layout)
@@ -212,7 +202,7 @@ def _checks_off_case(gen, fmt, dev):  # type: ignore[no-untyped-def]
     t, k, e, h = 20, 4, 8, 64
     ids, w = _bad_routes(gen, t, k, e, "many", torch.int64, torch.float32, dev)
     ids = torch.where(ids.abs() > 2**31, torch.zeros_like(ids), ids)
-    x, scales = _inputs(gen, fmt, t, h, dev)
+    x, scales = make_stage_inputs(gen, fmt, t, h, device=dev)
     return t, k, e, h, ids, w, x, scales
 
 
@@ -414,7 +404,7 @@ def test_sanitizer_case_staging_small(cuda_device):
     for fmt in STAGE_FORMATS:
         ws = _ws(fmt, c, k, h, cuda_device, torch.int64, torch.float32)
         for t in (c, 3):
-            hidden, scales = _inputs(gen, fmt, t, h, cuda_device)
+            hidden, scales = make_stage_inputs(gen, fmt, t, h, device=cuda_device)
             ids, w = make_routes(gen, t, k, e, device=cuda_device)
             res = stage(ws, hidden, ids, w, num_experts=e, hidden_scales=scales)
             assert res.path == "kernel", res.reason
@@ -436,7 +426,7 @@ def test_hidden_rows_not_16_byte_aligned_take_the_element_variant_and_match(cuda
     gen = torch.Generator().manual_seed(31)
     t, c, h, k, e = 37, 64, 1024, 4, 16
     ws = _ws(fmt, c, k, h, cuda_device, torch.int64, torch.float32)
-    hidden, scales = _inputs(gen, fmt, t, h, cuda_device)
+    hidden, scales = make_stage_inputs(gen, fmt, t, h, device=cuda_device)
     shift = 1 if fmt.quantizes else 4 // hidden.element_size()
     buf = torch.zeros(hidden.numel() + 16, dtype=hidden.dtype, device=cuda_device)
     moved = buf[shift : shift + hidden.numel()].view(hidden.shape)
