@@ -93,6 +93,15 @@ def render(results: Sequence[dict],
     return "\n".join(lines) + "\n"
 
 
+def write_results(results: Sequence[dict], table: str, output_dir: Path, name: str) -> None:
+    """``<name>.json`` (every result) and ``<name>.md`` (``table``, the rendered results) in
+    ``output_dir``, made if missing; the table printed too."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / f"{name}.json").write_text(json.dumps(results, indent=1))
+    (output_dir / f"{name}.md").write_text(table)
+    print(table)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m megamoe.bench.layer_stages",
                                  description=__doc__.split("\n\n")[0])
@@ -106,11 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     results = [profile_case(t, r, args.calls, args.samples, args.recipe, args.shape)
                for r in args.routes for t in args.tokens]
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "layer_stages.json").write_text(json.dumps(results, indent=1))
-    table = render(results)
-    (args.output_dir / "layer_stages.md").write_text(table)
-    print(table)
+    write_results(results, render(results), args.output_dir, "layer_stages")
     return 0
 
 

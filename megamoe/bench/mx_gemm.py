@@ -20,14 +20,13 @@ Writes ``mx_gemm.json`` and ``mx_gemm.md`` into ``--output-dir``.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from megamoe.bench.benchmarks.layer import SHAPES
-from megamoe.bench.layer_stages import _time_graph
+from megamoe.bench.layer_stages import _time_graph, write_results
 from megamoe.bench.layer_stages import render as render_stages
 
 _WEIGHTS: dict[tuple, object] = {}
@@ -149,11 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = [r for t in args.tokens
                for r in profile(args.weights, args.shape, t, args.configs, args.calls,
                                 args.samples, args.routes)]
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "mx_gemm.json").write_text(json.dumps(results, indent=1))
-    table = render(results)
-    (args.output_dir / "mx_gemm.md").write_text(table)
-    print(table)
+    write_results(results, render(results), args.output_dir, "mx_gemm")
     return 0
 
 
