@@ -9,7 +9,9 @@
 #   likewise; "multi 2 memcheck" (or synccheck, ...): the tier's designated cases with
 #   every rank's process under that tool
 #   run(command="bash devtools/device_qualify.sh seed mega_sm107", ...): a seeds' named suite
-#   (its single, multi and sanitize parts in one record; MEGAMOE_SEED_TIMEOUT s per part)
+#   (its single, multi and sanitize parts in one record; MEGAMOE_SEED_TIMEOUT s per part);
+#   "seed mega_sm107 2 single,multi" then "seed mega_sm107 2 sanitize": the parts in two calls
+#   (qualify.py --parts; --check-ledger joins them)
 #   run(command="bash devtools/device_qualify.sh gpu", ...): `single` and the four sanitizer
 #   tools in one record, the tools beside single's xdist phase (--sanitizers-beside), to
 #   measure the whole single-GPU verdict's wall time (MEGAMOE_GPU_TIMEOUT s per suite,
@@ -33,7 +35,7 @@
 # under MEGAMOE_SANITIZE_TIMEOUT s (default 420; session 32: racecheck passed 280 s with 15
 # cases, the other three finished inside it).
 set -u
-what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P] | gpu}
+what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P [PARTS]] | gpu}
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
@@ -73,11 +75,13 @@ case "$what" in
     echo "$label rc=$?" >> "$Q/rc.txt"
     tag=$label ;;
   seed)
-    name=${2:?usage: seed mega_sm107|mega_sm90_mxfp4 [P]}
-    python3 qualify.py --suite "$name" --world-size "${3:-2}" --require-arch sm_90 \
+    name=${2:?usage: seed mega_sm107|mega_sm90_mxfp4 [P [PARTS]]}
+    parts=()
+    if [ -n "${4:-}" ]; then parts=(--parts "$4"); fi
+    python3 qualify.py --suite "$name" --world-size "${3:-2}" "${parts[@]}" --require-arch sm_90 \
       --timeout "${MEGAMOE_SEED_TIMEOUT:-500}" --output-dir "$Q/$name" > "$Q/$name.log" 2>&1
     echo "$name rc=$?" >> "$Q/rc.txt"
-    tag=$name ;;
+    tag=$name${4:+-${4//,/+}} ;;
   gpu)
     python3 qualify.py --suite gpu --sanitizers-beside --require-arch sm_90 \
       --workers "${MEGAMOE_SINGLE_WORKERS:-12}" --timeout "${MEGAMOE_GPU_TIMEOUT:-560}" \

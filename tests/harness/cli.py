@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness.mutants import TIERS as MUTANT_TIERS
+from tests.harness.seed_suite import PARTS as SEED_PARTS
 from tests.harness.shard import parse_shard
 from tests.harness.worlds import BACKENDS, MODES, WORLD_SIZES
 from tests.suites import SANITIZER_TOOLS, SEED_SUITES
@@ -49,6 +50,9 @@ class QualifyArgs:
     sanitizers_beside: bool = False
     """``--sanitizers-beside`` (``--suite gpu``): the sanitizer tools run beside ``single``'s
     xdist phase instead of after the whole suite (``tests.harness.suite_run.run_split``)."""
+    parts: tuple[str, ...] | None = None
+    """``--parts`` of a seed suite (``tests.harness.seed_suite.PARTS``), or None: every part.
+    The ledger's seed-suite lines join parts run in several records (``ledger.seed_parts``)."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -68,6 +72,7 @@ class QualifyArgs:
             "mutant_tiers": list(self.mutant_tiers),
             "moe_backend": self.moe_backend,
             "sanitizers_beside": self.sanitizers_beside,
+            "parts": list(self.parts) if self.parts is not None else None,
         }
 
 
@@ -124,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="--suite gpu with --workers > 1: run the four sanitizer tools beside "
                     "single's xdist phase (which holds no timing test), then single's timing and "
                     "alone tests with the GPU alone; the neighbour watch covers that last phase")
+    ap.add_argument("--parts", metavar="P[,P]",
+                    help=f"a seed suite ({', '.join(SEED_SUITES)}): run only these of its parts "
+                    f"({', '.join(SEED_PARTS)}; default all), so that a suite longer than one "
+                    "sitting runs in several; --check-ledger joins the parts of records on one "
+                    "kernel digest")
     ap.add_argument("--check-ledger", action="store_true",
                     help="CI gate: kernel sources must have a passing committed GPU record")
     return ap
@@ -166,6 +176,16 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
         ap.error("--sanitizers-beside: only for --suite gpu with --workers 2 or more (the "
                  f"tools run beside single's xdist phase), got --suite {ns.suite} --workers "
                  f"{ns.workers}")
+    parts = None
+    if ns.parts is not None:
+        if ns.suite not in SEED_SUITES:
+            ap.error(f"--parts: only for a seed suite ({', '.join(SEED_SUITES)}), got --suite "
+                     f"{ns.suite}")
+        parts = tuple(p for p in ns.parts.split(",") if p)
+        if not parts or any(p not in SEED_PARTS for p in parts) or len(set(parts)) != len(parts):
+            ap.error(f"--parts: expected some of {', '.join(SEED_PARTS)}, each once, got "
+                     f"{ns.parts!r}")
+        parts = tuple(p for p in SEED_PARTS if p in parts)
     return QualifyArgs(ns.suite, ns.output_dir, ns.world_size, ns.mode, ns.filter, ns.timeout,
                        ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers, shard,
-                       ns.backend, ns.mutants, tiers, ns.moe_backend, ns.sanitizers_beside)
+                       ns.backend, ns.mutants, tiers, ns.moe_backend, ns.sanitizers_beside, parts)

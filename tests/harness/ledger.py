@@ -21,6 +21,10 @@ nothing of ours), and
 shards pass on the current kernel digest with one and the same test-source digest
 (``source_hashes.tests``: the shards then partition one and the same collection); a shard
 alone never counts.
+
+It also reports, without ever failing, whether each seed suite (``tests.suites.SEED_SUITES``)
+is qualified on the current digest: every part (``tests.harness.seed_suite.plan``) passing in
+some record, the parts possibly run in separate records (``qualify.py --parts``).
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ from pathlib import Path
 
 from megamoe.backends.registry import DEFAULT as OUR_BACKEND
 from tests.harness.hashing import diff_files, hash_group, kernel_modules
+from tests.harness.seed_suite import plan, split_part
 from tests.harness.shard import Shard, parse_shard
 from tests.harness.worlds import KERNEL_MODES
-from tests.suites import SANITIZER_TOOLS
+from tests.suites import SANITIZER_TOOLS, SEED_SUITES
 
 LEDGER_DIR = "docs/qualification"
 RECORD_KIND = "megamoe-qualification"
@@ -81,17 +86,24 @@ def passes_suite(record: dict, suite: str, tool: str | None = None) -> bool:
 
 
 def _passes(record: dict, suite: str, tool: str | None = None) -> bool:
-    """``passes_suite`` without the shard rule. A ``multi`` run counts only in a world that
-    runs kernels (``worlds.KERNEL_MODES``: real or emulated, never the CPU world)."""
+    """``passes_suite`` without the shard rule. A ``multi`` run (or a seed suite's multi part)
+    counts only in a world that runs kernels (``worlds.KERNEL_MODES``: real or emulated, never
+    the CPU world)."""
     gpus = record.get("environment", {}).get("gpus") or []
     if record.get("arguments", {}).get("filter") or not judged_ours(record):
         return False
     return bool(gpus) and any(
         s.get("name") == suite and s.get("status") == "pass"
         and (tool is None or s.get("tool") == tool)
-        and (suite != "multi" or s.get("mode") in KERNEL_MODES)
+        and (not _in_a_world(suite) or s.get("mode") in KERNEL_MODES)
         for s in record.get("suites", [])
     )
+
+
+def _in_a_world(suite: str) -> bool:
+    """Does ``suite`` run in an EP world (``multi``, or a seed suite's multi part)?"""
+    split = split_part(suite)
+    return suite == "multi" or (split is not None and split[1] == "multi")
 
 
 def judged_ours(record: dict) -> bool:
@@ -144,6 +156,40 @@ def shard_set(records: list[tuple[Path, dict]], suite: str, digest: str) -> list
         return None
     latest = max(complete, key=lambda paths: max(str(p) for p in paths.values()))
     return [latest[i] for i in sorted(latest)]
+
+
+def seed_parts(records: list[tuple[Path, dict]], suite: str, digest: str
+               ) -> dict[tuple[str, str | None], Path | None]:
+    """Every part of the seed suite ``suite`` (``tests.harness.seed_suite.plan``: ``single``,
+    ``multi``, ``sanitize`` once per tool) -> the latest record holding it passing on kernel
+    ``digest`` (by ``_passes``: a GPU run judging our layer, unfiltered; the multi part in a
+    world that runs kernels), or None. A seed suite may run in several sittings
+    (``qualify.py --parts``): it is qualified when every part has a record."""
+    found: dict[tuple[str, str | None], Path | None] = {step: None for step in plan(suite)}
+    for path, record in records:
+        if _digest(record, "kernel") != digest or record.get("arguments", {}).get("shard"):
+            continue
+        for name, tool in found:
+            if _passes(record, name, tool):
+                found[(name, tool)] = path
+    return found
+
+
+def seed_lines(root: Path, records: list[tuple[Path, dict]], digest: str) -> list[str]:
+    """The ledger's lines on the seeds' named suites: information, never a failure (no kernel
+    change needs them; docs/qualification.md)."""
+    lines = []
+    for suite in SEED_SUITES:
+        parts = seed_parts(records, suite, digest)
+        label = {step: step[0] + (f" {step[1]}" if step[1] else "") for step in parts}
+        missing = [label[step] for step, path in parts.items() if path is None]
+        if not missing:
+            paths = sorted({str(p.relative_to(root)) for p in parts.values() if p is not None})
+            lines.append(f"ledger: seed suite {suite}: qualified by " + ", ".join(paths))
+        else:
+            lines.append(f"ledger: seed suite {suite}: not qualified on this digest (no passing "
+                         f"record of: {', '.join(missing)}; information only)")
+    return lines
 
 
 def multi_tests_exist(root: Path) -> bool:
@@ -212,6 +258,7 @@ def check_ledger(root: Path) -> LedgerResult:
                      f"({last_path.relative_to(root)}); kernel files changed since:")
         changes = diff_files(old.get("files", {}), current.files)
         lines += [f"  {c}" for c in changes] or ["  (no per-file hashes in that record)"]
+    lines += seed_lines(root, records, current.digest)
     if not ok:
         lines.append("ledger: run python qualify.py --suite gpu --require-arch sm_90 ... (single, "
                      "then each sanitizer tool) on a GPU machine and commit the record; see "

@@ -70,7 +70,8 @@ def planned_runs(args: QualifyArgs) -> list[tuple[str, str | None]]:
     """(suite, sanitizer tool) pairs in run order."""
     tools = [args.sanitizer_tool] if args.sanitizer_tool else list(SANITIZER_TOOLS)
     if args.suite in SEED_SUITES:
-        return seed_suite.plan(args.suite, tools=tuple(tools))
+        return seed_suite.plan(args.suite, parts=args.parts or seed_suite.PARTS,
+                               tools=tuple(tools))
     if args.suite == "all":
         return [("host", None), ("single", None), ("multi", None)] + [
             ("sanitize", t) for t in tools]

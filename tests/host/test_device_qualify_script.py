@@ -216,7 +216,21 @@ def test_a_seed_suite_call_brings_back_its_record(tmp_path) -> None:
     argv = json.loads((out / "records" / records[0]).read_text())["argv"]
     assert argv[argv.index("--suite") + 1] == "mega_sm90_mxfp4"
     assert argv[argv.index("--world-size") + 1] == "4"
+    assert "--parts" not in argv  # every part
     assert len(_files(out)) <= DEVICE_FILE_LIMIT
+
+
+def test_a_seed_suite_runs_in_parts_over_two_calls(tmp_path) -> None:
+    rc, out = _run(tmp_path, "seed", tool="mega_sm107 2 single,multi")
+    assert rc == 0 and (out / "logs-mega_sm107-single+multi.tgz").exists()
+    (rec,) = (out / "records").iterdir()
+    argv = json.loads(rec.read_text())["argv"]
+    assert argv[argv.index("--parts") + 1] == "single,multi"
+    rc, out = _run(tmp_path, "seed", tool="mega_sm107 2 sanitize", out_name="out2")
+    assert rc == 0 and (out / "logs-mega_sm107-sanitize.tgz").exists()
+    (rec,) = (out / "records").iterdir()
+    argv = json.loads(rec.read_text())["argv"]
+    assert argv[argv.index("--parts") + 1] == "sanitize"
 
 
 def test_the_gpu_call_runs_the_sanitizers_beside_single_in_one_record(tmp_path) -> None:

@@ -37,7 +37,7 @@ def _suite(entry: str, status: str) -> dict:
     """``"single"``, ``"sanitize:memcheck"`` for a sanitizer run of one tool, or
     ``"multi:emulated"`` (``"multi"``: emulated) for a multi run in that world."""
     name, _, tool = entry.partition(":")
-    if name == "multi":
+    if name == "multi" or name.endswith("-multi"):  # the multi tier, or a seed suite's part
         return {"name": name, "status": status, "mode": tool or "emulated", "world_size": 2,
                 "backend": "torch_symm"}
     return {"name": name, "status": status, **({"tool": tool} if tool else {})}
@@ -276,3 +276,49 @@ def test_shards_of_older_kernels_do_not_count(repo: Path) -> None:
     (repo / "megamoe" / "staging" / "route_kernel.py").write_text("KERNEL = 2\n")
     sanitized(repo)
     assert not check_ledger(repo).ok
+
+
+SEED_PARTS = ("mega_sm107-single", "mega_sm107-multi",
+              *(f"mega_sm107-sanitize:{t}" for t in SANITIZER_TOOLS))
+
+
+def _seed_line(repo: Path, suite: str = "mega_sm107") -> str:
+    lines = [ln for ln in check_ledger(repo).lines if ln.startswith(f"ledger: seed suite {suite}:")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_a_seed_suite_run_in_parts_is_qualified_once_every_part_passes(repo: Path) -> None:
+    record(repo, "a.json", "single")
+    sanitized(repo)
+    record(repo, "p1.json", *SEED_PARTS[:2])
+    line = _seed_line(repo)
+    assert "not qualified" in line and "mega_sm107-single," not in line
+    assert all(f"mega_sm107-sanitize {t}" in line for t in SANITIZER_TOOLS)
+    assert check_ledger(repo).ok  # information only: no kernel change needs a seed suite
+    record(repo, "p2.json", *SEED_PARTS[2:])
+    assert _seed_line(repo) == (f"ledger: seed suite mega_sm107: qualified by {LEDGER_DIR}/p1.json, "
+                                f"{LEDGER_DIR}/p2.json")
+    assert "not qualified" in _seed_line(repo, "mega_sm90_mxfp4")
+
+
+@pytest.mark.parametrize(("kwargs", "missing"), [
+    ({"status": "fail"}, "mega_sm107-single"),
+    ({"filter": "layer"}, "mega_sm107-single"),
+    ({"gpus": ()}, "mega_sm107-single"),
+])
+def test_seed_parts_that_do_not_vouch_do_not_count(repo: Path, kwargs, missing) -> None:
+    record(repo, "p.json", *SEED_PARTS, **kwargs)
+    assert "not qualified" in _seed_line(repo) and missing in _seed_line(repo)
+
+
+def test_a_seed_suite_multi_part_in_a_cpu_world_or_on_older_kernels_does_not_count(
+        repo: Path) -> None:
+    record(repo, "p.json", *(p if p != "mega_sm107-multi" else "mega_sm107-multi:cpu"
+                             for p in SEED_PARTS))
+    line = _seed_line(repo)
+    assert "not qualified" in line and "mega_sm107-multi" in line and "single" not in line
+    record(repo, "q.json", *SEED_PARTS)
+    assert "qualified by" in _seed_line(repo)
+    (repo / "megamoe" / "staging" / "route_kernel.py").write_text("KERNEL = 2\n")
+    assert "not qualified" in _seed_line(repo)

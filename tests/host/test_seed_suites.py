@@ -111,3 +111,25 @@ def test_qualify_plans_the_three_parts_and_refuses_without_a_gpu(tmp_path, capsy
     assert rec["status"] == "preflight-failed"
     err = capsys.readouterr().err
     assert "suite mega_sm107-single needs 1 CUDA GPU(s), found 0" in err
+
+
+def test_qualify_runs_only_the_parts_asked_for_in_suite_order() -> None:
+    args = resolve_args(parse_args(["--suite", "mega_sm107", "--parts", "sanitize,single",
+                                    "--sanitizer-tool", "memcheck", "--output-dir", "x"]), [H200])
+    assert args.parts == ("single", "sanitize") and args.as_dict()["parts"] == ["single",
+                                                                              "sanitize"]
+    assert planned_runs(args) == [("mega_sm107-single", None), ("mega_sm107-sanitize", "memcheck")]
+    names = {c.name for c in preflight(args, planned_runs(args), [H200], sys.executable)}
+    assert "multi: world" not in names  # the multi part is not run: its world is not checked
+
+
+@pytest.mark.parametrize(("argv", "why"), [
+    (["--suite", "single", "--parts", "single"], "--parts: only for a seed suite"),
+    (["--suite", "mega_sm107", "--parts", "single,graph"], "expected some of single, multi"),
+    (["--suite", "mega_sm107", "--parts", "multi,multi"], "each once"),
+    (["--suite", "mega_sm107", "--parts", ","], "expected some of"),
+])
+def test_qualify_refuses_parts_it_cannot_run(argv, why, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args([*argv, "--output-dir", "x"])
+    assert exc.value.code == 2 and why in capsys.readouterr().err
