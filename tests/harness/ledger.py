@@ -164,15 +164,24 @@ def seed_parts(records: list[tuple[Path, dict]], suite: str, digest: str
     ``multi``, ``sanitize`` once per tool) -> the latest record holding it passing on kernel
     ``digest`` (by ``_passes``: a GPU run judging our layer, unfiltered; the multi part in a
     world that runs kernels), or None. A seed suite may run in several sittings
-    (``qualify.py --parts``): it is qualified when every part has a record."""
-    found: dict[tuple[str, str | None], Path | None] = {step: None for step in plan(suite)}
+    (``qualify.py --parts``): it is qualified when every part has a record, all of one and the
+    same test-source digest (as shards: one version of the tests judged every part). Of
+    several such sets, the one whose latest record is newest; with none complete, the set of
+    the newest test sources, so that the missing parts named are those still to run."""
+    steps = plan(suite)
+    by_tests: dict[object, dict[tuple[str, str | None], Path]] = {}
     for path, record in records:
         if _digest(record, "kernel") != digest or record.get("arguments", {}).get("shard"):
             continue
-        for name, tool in found:
+        group = by_tests.setdefault(_digest(record, "tests"), {})
+        for name, tool in steps:
             if _passes(record, name, tool):
-                found[(name, tool)] = path
-    return found
+                group[(name, tool)] = path
+    groups = list(by_tests.values())  # records are in order: the last group is the newest
+    complete = [g for g in groups if len(g) == len(steps)]
+    chosen = (max(complete, key=lambda g: max(str(p) for p in g.values())) if complete
+              else groups[-1] if groups else {})
+    return {step: chosen.get(step) for step in steps}
 
 
 def seed_lines(root: Path, records: list[tuple[Path, dict]], digest: str) -> list[str]:

@@ -322,3 +322,12 @@ def test_a_seed_suite_multi_part_in_a_cpu_world_or_on_older_kernels_does_not_cou
     assert "qualified by" in _seed_line(repo)
     (repo / "megamoe" / "staging" / "route_kernel.py").write_text("KERNEL = 2\n")
     assert "not qualified" in _seed_line(repo)
+
+
+def test_seed_parts_count_together_only_on_one_version_of_the_tests(repo: Path) -> None:
+    record(repo, "p1.json", *SEED_PARTS[:2], tests_digest="old-tests")
+    record(repo, "p2.json", *SEED_PARTS[2:])
+    line = _seed_line(repo)
+    assert "not qualified" in line and "mega_sm107-single" in line  # newest tests: p2 only
+    record(repo, "p3.json", *SEED_PARTS[:2])
+    assert _seed_line(repo).endswith(f"{LEDGER_DIR}/p2.json, {LEDGER_DIR}/p3.json")
