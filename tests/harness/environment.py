@@ -3,8 +3,10 @@
 GPU facts come from ``torch.cuda`` (name, compute capability as ``sm_XY``)
 and ``nvidia-smi`` (driver version). Versions: torch, its CUDA, the CuTe DSL
 (``nvidia-cutlass-dsl``) and nvshmem4py (None when not installed). Git:
-commit and dirty flag, or ``MEGAMOE_GIT_COMMIT``/``MEGAMOE_GIT_DIRTY`` where
-the checkout has no ``.git`` (a copy sent to a GPU machine).
+commit and dirty flag of the checkout, or ``MEGAMOE_GIT_COMMIT``/``MEGAMOE_GIT_DIRTY`` when the
+caller sets them: a copy sent to a GPU machine may have no ``.git``, or one of an older base
+commit with the tree's changes on top (dirty), so the commit the caller names wins and the
+checkout's own ``git`` facts stay beside it as ``checkout``.
 """
 
 from __future__ import annotations
@@ -66,15 +68,18 @@ def git_info(root: Path) -> dict[str, object]:
         return proc.stdout.strip() if proc.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD")
+    checkout = None
     if commit is not None:
-        status = git("status", "--porcelain")
-        return {"commit": commit, "dirty": bool(status), "source": "git"}
+        checkout = {"commit": commit, "dirty": bool(git("status", "--porcelain")),
+                    "source": "git"}
     env_commit = os.environ.get("MEGAMOE_GIT_COMMIT")
-    return {
-        "commit": env_commit,
-        "dirty": os.environ.get("MEGAMOE_GIT_DIRTY", "unknown"),
-        "source": "env" if env_commit else "unavailable (no .git; set MEGAMOE_GIT_COMMIT)",
-    }
+    if env_commit:
+        return {"commit": env_commit, "dirty": os.environ.get("MEGAMOE_GIT_DIRTY", "unknown"),
+                "source": "env", "checkout": checkout}
+    if checkout is not None:
+        return checkout
+    return {"commit": None, "dirty": "unknown",
+            "source": "unavailable (no .git; set MEGAMOE_GIT_COMMIT)"}
 
 
 def collect_environment() -> dict[str, object]:
