@@ -44,6 +44,9 @@ TOOL_OPTIONS: dict[str, tuple[str, ...]] = {"memcheck": ("--report-api-errors", 
 EXPECT_CLEAN = "clean"
 EXPECT_CAUGHT = "caught"
 SANITIZER_TOOL_ENV = "MEGAMOE_SANITIZER_TOOL"
+UNCACHED_ALLOCATOR_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
+"""PyTorch's switch for its caching allocator: set for every case here (module contract);
+the multi tier's sanitizer cases remove it (``tests.harness.suite_run.run_multi``)."""
 DEFAULT_CASE_TIMEOUT_S = 600.0
 
 
@@ -204,7 +207,7 @@ def run_case(
     cmd = sanitizer_command(
         exe, tool, pytest_case_command(python, node_id, junit), leak_check=leak_check
     )
-    env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", SANITIZER_TOOL_ENV: tool}
+    env = {**os.environ, UNCACHED_ALLOCATOR_ENV: "1", SANITIZER_TOOL_ENV: tool}
     proc = run_process(cmd, cwd=root, log_path=log, timeout_s=timeout_s, env=env)
     text = log.read_text(encoding="utf-8", errors="replace")
     summary = parse_summary(text, tool)

@@ -260,9 +260,6 @@ def multi_markexpr(suite: Suite, mode: str) -> str:
 
 
 MULTI_SANITIZE = "multi-sanitize"
-UNCACHED_ALLOCATOR_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
-"""Set by the one-process sanitize suite (``sanitizers.wrapper``), removed for the multi tier's
-sanitizer cases (``run_multi``)."""
 """The record's suite name of a multi run under compute-sanitizer (``--suite multi
 --sanitizer-tool T``): the designated cases only, so it never stands for ``multi``."""
 
@@ -345,10 +342,18 @@ def run_multi(suite: Suite, ctx: RunContext,
     name = suite.name if sanitizer is None else MULTI_SANITIZE
     tool = None if sanitizer is None else sanitizer[0].tool
     env = multi_env(ctx)
+    dropped: tuple[str, ...] = ()
     if tool is not None:
-        from sanitizers.wrapper import SANITIZER_TOOL_ENV
+        from sanitizers.wrapper import SANITIZER_TOOL_ENV, UNCACHED_ALLOCATOR_ENV
 
         env.update({SANITIZER_TOOL_ENV: tool})
+        # The caching allocator stays on (unlike the one-process sanitize suite): the EP
+        # forward's capture allocates its send tables' temporaries from the graph's pool, and
+        # without the caching allocator that is a cudaMalloc during capture, which CUDA refuses
+        # (cudaErrorStreamCaptureUnsupported, seen on the H200). The exchange's buffers are
+        # symmetric allocations of their own either way; the tests' guard bytes and NaN poison
+        # judge writes outside the regions.
+        dropped = (UNCACHED_ALLOCATOR_ENV,)
     label = name if tool is None else f"{name}-{tool}"
     prefix = ctx.out_dir / label
     log = ctx.out_dir / f"{label}.log"
@@ -366,15 +371,7 @@ def run_multi(suite: Suite, ctx: RunContext,
     cmd = torchrun_command(suite, ctx, prefix,
                            None if sanitizer is None else (str(tool), sanitizer[1]))
     watch = _watch(suite, ctx) if ctx.mode != "cpu" else None
-    run_env = _env(env)
-    if tool is not None:
-        # The caching allocator stays on (unlike the one-process sanitize suite): the EP
-        # forward's capture allocates its send tables' temporaries from the graph's pool, and
-        # without the caching allocator that is a cudaMalloc during capture, which CUDA refuses
-        # (cudaErrorStreamCaptureUnsupported, seen on the H200). The exchange's buffers are
-        # symmetric allocations of their own either way; the tests' guard bytes and NaN poison
-        # judge writes outside the regions.
-        run_env.pop(UNCACHED_ALLOCATOR_ENV, None)
+    run_env = {k: v for k, v in _env(env).items() if k not in dropped}
     res = run_process(cmd, cwd=ctx.root, log_path=log, timeout_s=ctx.timeout, env=run_env)
     ranks = []
     statuses = []
