@@ -166,8 +166,9 @@ def seed_parts(records: list[tuple[Path, dict]], suite: str, digest: str
     world that runs kernels), or None. A seed suite may run in several sittings
     (``qualify.py --parts``): it is qualified when every part has a record, all of one and the
     same test-source digest (as shards: one version of the tests judged every part). Of
-    several such sets, the one whose latest record is newest; with none complete, the set of
-    the newest test sources, so that the missing parts named are those still to run."""
+    several such sets, the one whose latest record is newest (record names begin with their
+    time, as for shards); with none complete, the newest set, so that the missing parts named
+    are those still to run on the newest tests."""
     steps = plan(suite)
     by_tests: dict[object, dict[tuple[str, str | None], Path]] = {}
     for path, record in records:
@@ -177,10 +178,10 @@ def seed_parts(records: list[tuple[Path, dict]], suite: str, digest: str
         for name, tool in steps:
             if _passes(record, name, tool):
                 group[(name, tool)] = path
-    groups = list(by_tests.values())  # records are in order: the last group is the newest
+    groups = [g for g in by_tests.values() if g]
     complete = [g for g in groups if len(g) == len(steps)]
-    chosen = (max(complete, key=lambda g: max(str(p) for p in g.values())) if complete
-              else groups[-1] if groups else {})
+    chosen = max(complete or groups, key=lambda g: max(str(p) for p in g.values()),
+                 default={})
     return {step: chosen.get(step) for step in steps}
 
 
@@ -190,8 +191,7 @@ def seed_lines(root: Path, records: list[tuple[Path, dict]], digest: str) -> lis
     lines = []
     for suite in SEED_SUITES:
         parts = seed_parts(records, suite, digest)
-        label = {step: step[0] + (f" {step[1]}" if step[1] else "") for step in parts}
-        missing = [label[step] for step, path in parts.items() if path is None]
+        missing = [Requirement(*step).label for step, path in parts.items() if path is None]
         if not missing:
             paths = sorted({str(p.relative_to(root)) for p in parts.values() if p is not None})
             lines.append(f"ledger: seed suite {suite}: qualified by " + ", ".join(paths))
