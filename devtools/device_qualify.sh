@@ -81,7 +81,7 @@ case "$what" in
     python3 qualify.py --suite "$name" --world-size "${3:-2}" "${parts[@]}" --require-arch sm_90 \
       --timeout "${MEGAMOE_SEED_TIMEOUT:-500}" --output-dir "$Q/$name" > "$Q/$name.log" 2>&1
     echo "$name rc=$?" >> "$Q/rc.txt"
-    tag=$name${4:+-${4//,/+}} ;;
+    tag=$name${4:+-${4//,/-}} ;;
   gpu)
     python3 qualify.py --suite gpu --sanitizers-beside --require-arch sm_90 \
       --workers "${MEGAMOE_SINGLE_WORKERS:-12}" --timeout "${MEGAMOE_GPU_TIMEOUT:-560}" \

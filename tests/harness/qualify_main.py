@@ -84,6 +84,16 @@ def planned_runs(args: QualifyArgs) -> list[tuple[str, str | None]]:
     return [(str(args.suite), None)]
 
 
+def runs_beside_others(step: tuple[str, str | None]) -> bool:
+    """Is ``step`` a one-process sanitizer run (the ``sanitize`` suite's tool, or a seed
+    suite's ``sanitize`` part under one tool), which may share the GPU with its kind? A multi
+    tier under a tool (``MULTI_SANITIZE``) is a world of processes and runs alone."""
+    name, tool = step
+    split = seed_suite.split_part(name)
+    return tool is not None and (name == "sanitize" or (split is not None
+                                                        and split[1] == "sanitize"))
+
+
 def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
             sanitizers_beside: bool = False) -> list[SuiteRun]:
     """Run the plan in order, except that consecutive sanitizer runs start together (they
@@ -96,7 +106,7 @@ def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
     i = 0
     while i < len(plan):
         j = i + 1 if plan[i] == ("single", None) and sanitizers_beside else i
-        while j < len(plan) and plan[j][0] == "sanitize":
+        while j < len(plan) and runs_beside_others(plan[j]):
             j += 1
         if plan[i] == ("single", None) and j - i > 1:
             tools = plan[i + 1:j]

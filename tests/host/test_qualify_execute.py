@@ -9,9 +9,10 @@ import time
 
 import pytest
 
+from tests.harness import seed_suite
 from tests.harness.cli import parse_args
 from tests.harness.qualify_main import execute
-from tests.harness.suite_run import SuiteRun
+from tests.harness.suite_run import MULTI_SANITIZE, SuiteRun
 from tests.suites import SANITIZER_TOOLS
 
 PLAN = [("host", None), ("single", None), ("multi", None)] + [
@@ -58,6 +59,27 @@ def test_the_sanitizers_run_together_and_only_after_the_exclusive_suites() -> No
         assert rec.spans[earlier][1] <= min(s for s, _ in tools)
     assert rec.spans["host"][1] <= rec.spans["single"][0]  # the rest one at a time
     assert rec.spans["single"][1] <= rec.spans["multi"][0]
+
+
+def test_a_seed_suites_sanitize_part_runs_its_tools_together_after_its_other_parts() -> None:
+    """Found on the H100 (mega_sm107, --parts sanitize): the part's four tools ran one after
+    the other, about 200 s each, past one device call; the ``sanitize`` suite's run together."""
+    rec = Recorder()
+    plan = seed_suite.plan("mega_sm107")
+    runs = execute(plan, rec)
+    assert [r.message.split(":")[0] for r in runs] == [
+        n if t is None else f"{n}-{t}" for n, t in plan]
+    tools = [rec.spans[f"mega_sm107-sanitize-{t}"] for t in SANITIZER_TOOLS]
+    assert rec.most == len(SANITIZER_TOOLS)
+    assert max(s for s, _ in tools) < min(e for _, e in tools)
+    assert rec.spans["mega_sm107-multi"][1] <= min(s for s, _ in tools)
+    assert rec.spans["mega_sm107-single"][1] <= rec.spans["mega_sm107-multi"][0]
+
+
+def test_the_multi_tier_under_a_tool_is_a_world_and_runs_alone() -> None:
+    rec = Recorder(0.01)
+    execute([(MULTI_SANITIZE, "memcheck"), (MULTI_SANITIZE, "synccheck")], rec)
+    assert rec.most == 1
 
 
 def test_a_lone_sanitizer_or_suite_runs_by_itself() -> None:
