@@ -4,7 +4,8 @@ Contract (issue 4): ``qualify.py --check-ledger`` fails when the current
 kernel-source digest (``tests.harness.hashing``) has no passing ``single``
 record under ``docs/qualification/`` (and, once ``tests/multi`` holds test
 files, no passing ``multi`` record of a real or emulated world: a CPU world runs no
-kernel), or no passing ``sanitize`` record for each
+kernel; nor a passing ``multi-sanitize`` record, the tier's designated cases under each tool
+of ``MULTI_SANITIZER_TOOLS``: memcheck, synccheck), or no passing ``sanitize`` record for each
 compute-sanitizer tool (``SANITIZER_TOOLS``: memcheck, synccheck, racecheck,
 initcheck), printing which kernel files changed since the last digest that
 requirement saw qualified. Before any kernel module exists it passes with a
@@ -37,8 +38,9 @@ from megamoe.backends.registry import DEFAULT as OUR_BACKEND
 from tests.harness.hashing import diff_files, hash_group, kernel_modules
 from tests.harness.seed_suite import plan, split_part
 from tests.harness.shard import Shard, parse_shard
+from tests.harness.suite_run import MULTI_SANITIZE
 from tests.harness.worlds import KERNEL_MODES
-from tests.suites import SANITIZER_TOOLS, SEED_SUITES
+from tests.suites import MULTI_SANITIZER_TOOLS, SANITIZER_TOOLS, SEED_SUITES
 
 LEDGER_DIR = "docs/qualification"
 RECORD_KIND = "megamoe-qualification"
@@ -101,9 +103,10 @@ def _passes(record: dict, suite: str, tool: str | None = None) -> bool:
 
 
 def _in_a_world(suite: str) -> bool:
-    """Does ``suite`` run in an EP world (``multi``, or a seed suite's multi part)?"""
+    """Does ``suite`` run in an EP world (``multi``, the tier under a tool, or a seed suite's
+    multi part)?"""
     split = split_part(suite)
-    return suite == "multi" or (split is not None and split[1] == "multi")
+    return suite in ("multi", MULTI_SANITIZE) or (split is not None and split[1] == "multi")
 
 
 def judged_ours(record: dict) -> bool:
@@ -210,9 +213,12 @@ def required_suites(root: Path) -> tuple[str, ...]:
 
 
 def requirements(root: Path) -> tuple[Requirement, ...]:
-    """The GPU suites, then one sanitizer run per tool."""
+    """The GPU suites, then one sanitizer run per tool, then (once the multi tier has tests)
+    the tier under each of its tools."""
+    multi = multi_tests_exist(root)
     return (*(Requirement(s) for s in required_suites(root)),
-            *(Requirement("sanitize", t) for t in SANITIZER_TOOLS))
+            *(Requirement("sanitize", t) for t in SANITIZER_TOOLS),
+            *(Requirement(MULTI_SANITIZE, t) for t in (MULTI_SANITIZER_TOOLS if multi else ())))
 
 
 def check_ledger(root: Path) -> LedgerResult:
@@ -270,6 +276,7 @@ def check_ledger(root: Path) -> LedgerResult:
     lines += seed_lines(root, records, current.digest)
     if not ok:
         lines.append("ledger: run python qualify.py --suite gpu --require-arch sm_90 ... (single, "
-                     "then each sanitizer tool) on a GPU machine and commit the record; see "
-                     "docs/contributing.md")
+                     "then each sanitizer tool), and --suite multi --world-size 2 (alone, then "
+                     "with --sanitizer-tool memcheck and synccheck), on a GPU machine and "
+                     "commit the records; see docs/qualification.md")
     return LedgerResult(ok, tuple(lines))

@@ -1,5 +1,6 @@
 """qualify.py --check-ledger: kernel changes need committed passing GPU records for their hash:
-``single`` (and ``multi`` once it has tests) and one ``sanitize`` run per compute-sanitizer tool.
+``single`` (and, once the multi tier has tests, ``multi`` and the tier under memcheck and
+synccheck) and one ``sanitize`` run per compute-sanitizer tool.
 
 Each test builds a small fake repository in a temp dir (megamoe/ with a kernel
 module, docs/qualification/ with records) and checks it.
@@ -15,7 +16,8 @@ import pytest
 from tests.harness.hashing import hash_group, source_hashes
 from tests.harness.ledger import LEDGER_DIR, RECORD_KIND, check_ledger
 from tests.harness.qualify_main import main
-from tests.suites import SANITIZER_TOOLS
+from tests.harness.suite_run import MULTI_SANITIZE
+from tests.suites import MULTI_SANITIZER_TOOLS, SANITIZER_TOOLS
 
 H200 = {"index": 0, "name": "NVIDIA H200", "arch": "sm_90", "total_memory_bytes": 1}
 
@@ -37,6 +39,8 @@ def _suite(entry: str, status: str) -> dict:
     """``"single"``, ``"sanitize:memcheck"`` for a sanitizer run of one tool, or
     ``"multi:emulated"`` (``"multi"``: emulated) for a multi run in that world."""
     name, _, tool = entry.partition(":")
+    if name == MULTI_SANITIZE:  # ``"multi-sanitize:memcheck"``: the tier under a tool
+        return {"name": name, "status": status, "tool": tool, "mode": "emulated"}
     if name == "multi" or name.endswith("-multi"):  # the multi tier, or a seed suite's part
         return {"name": name, "status": status, "mode": tool or "emulated", "world_size": 2,
                 "backend": "torch_symm"}
@@ -70,6 +74,42 @@ def sanitized(repo: Path, *, skip: str | None = None) -> None:
     for tool in SANITIZER_TOOLS:
         if tool != skip:
             record(repo, f"san-{tool}.json", f"sanitize:{tool}")
+
+
+def multi_sanitized(repo: Path, *, skip: str | None = None, mode: str = "emulated") -> None:
+    """One passing record of the multi tier under each of its tools (but ``skip``)."""
+    for tool in MULTI_SANITIZER_TOOLS:
+        if tool != skip:
+            path = record(repo, f"msan-{tool}.json", f"{MULTI_SANITIZE}:{tool}")
+            rec = json.loads(path.read_text())
+            rec["suites"][0]["mode"] = mode
+            path.write_text(json.dumps(rec))
+
+
+@pytest.mark.parametrize("tool", MULTI_SANITIZER_TOOLS)
+def test_the_multi_tier_needs_each_of_its_sanitizer_records(repo: Path, tool: str) -> None:
+    (repo / "tests" / "multi" / "test_world.py").write_text("def test_x(): pass\n")
+    record(repo, "a.json", "single", "multi")
+    sanitized(repo)
+    multi_sanitized(repo, skip=tool)
+    result = check_ledger(repo)
+    assert not result.ok
+    fails = [line for line in result.lines if "FAIL" in line]
+    assert fails == [f"ledger: multi-sanitize {tool}: FAIL: no passing 'multi-sanitize {tool}' "
+                     f"record in {LEDGER_DIR}/ for kernel-source digest "
+                     f"{hash_group(repo, 'kernel').digest[:16]}"]
+    record(repo, "one.json", f"sanitize:{tool}")  # the one-process suite's tool is not the tier's
+    assert not check_ledger(repo).ok
+
+
+def test_a_multi_sanitizer_record_of_a_cpu_world_never_counts(repo: Path) -> None:
+    (repo / "tests" / "multi" / "test_world.py").write_text("def test_x(): pass\n")
+    record(repo, "a.json", "single", "multi")
+    sanitized(repo)
+    multi_sanitized(repo, mode="cpu")
+    assert not check_ledger(repo).ok
+    multi_sanitized(repo)
+    assert check_ledger(repo).ok
 
 
 def test_no_kernels_yet_passes_with_a_line_saying_so(tmp_path: Path) -> None:
@@ -183,6 +223,11 @@ def test_once_multi_tests_exist_a_passing_multi_record_is_required_too(repo: Pat
     assert not result.ok
     assert "no passing 'multi' record" in "\n".join(result.lines)
     record(repo, "b.json", "multi")
+    result = check_ledger(repo)
+    assert not result.ok  # the tier under its sanitizers is still missing
+    assert all(f"no passing 'multi-sanitize {t}' record" in "\n".join(result.lines)
+               for t in MULTI_SANITIZER_TOOLS)
+    multi_sanitized(repo)
     result = check_ledger(repo)
     assert result.ok
     text = "\n".join(result.lines)
