@@ -69,13 +69,15 @@ def doc_rules(text: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def collect_marks(root: Path = ROOT, python: str = sys.executable) -> dict[str, list[str]]:
-    """node id -> rule ids, for every collected test (a pytest subprocess, collection only)."""
+def collect_marks(root: Path = ROOT, python: str = sys.executable,
+                  dirs: tuple[str, ...] = TEST_DIRS) -> dict[str, list[str]]:
+    """node id -> rule ids, for every test collected under ``dirs`` (a pytest subprocess,
+    collection only)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "marks.json"
         proc = subprocess.run(
             [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-             "-p", "tests.harness.contract_plugin", *TEST_DIRS],
+             "-p", "tests.harness.contract_plugin", *dirs],
             cwd=root, env={**os.environ, OUT_ENV: str(out)}, capture_output=True, text=True,
             check=False)
         if proc.returncode not in (0, 5) or not out.exists():

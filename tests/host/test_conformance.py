@@ -78,3 +78,24 @@ def test_a_real_run_of_one_file_passes_its_rules(tmp_path: Path) -> None:
     assert table["s12.combine-weighting"].status == PASS
     assert table["s12.combine-weighting"].ran == 6  # its six marked cases
     assert table["s4.nvfp4"].status == NOT_RUN
+
+
+def test_the_table_collects_only_the_tiers_that_run_against_a_backend(tmp_path: Path,
+                                                                       monkeypatch, capsys) -> None:
+    """Found on the H100: the device image has no torchao, so collecting tests/host (its
+    torchao cross-check) failed and no table came back for a run that had finished."""
+    import tests.harness.conformance as conformance
+
+    seen: list[tuple[str, ...]] = []
+
+    def fake_collect(dirs: tuple[str, ...] = ()) -> dict[str, list[str]]:
+        seen.append(dirs)
+        return {"tests/single/test_a.py::test_rows[bf16]": ["s8.row-tolerance"]}
+
+    monkeypatch.setattr(conformance, "collect_marks", fake_collect)
+    report = tmp_path / "run.xml"
+    report.write_text('<testsuites><testsuite><testcase classname="tests.single.test_a" '
+                      'name="test_rows[bf16]"/></testsuite></testsuites>')
+    assert conformance.main(["--backend", "x", str(report)]) == 0
+    assert seen == [conformance.BACKEND_TEST_DIRS] and "tests/host" not in seen[0]
+    assert "| `s8.row-tolerance` | pass | 1 |" in capsys.readouterr().out

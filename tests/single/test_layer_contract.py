@@ -20,6 +20,7 @@ from megamoe import ConfigError, RouteError
 from megamoe.backends import WEIGHTINGS, LayerSpec, MoEBackend, MoEHandle
 from megamoe.backends.registry import selected_name
 from megamoe.graphs import capture
+from oracle import ffn
 from oracle.moe_config import MoEConfig
 from oracle.recipes import CONTRACT_RECIPES
 from oracle.routing import SCORE_DTYPES, find_route_violations
@@ -148,6 +149,42 @@ def test_every_live_row_meets_the_oracle(moe_backend, cuda_device, recipe, capac
     assert report.problems == (), report
     for a, b in zip(before, (x, ids, w), strict=True):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+CLAMP_BELOW_GATES = 0.25
+"""A clamp at which most gates of ``_routes``' rows lie below ``-c``: clamping them there too
+moves every live row far past the tolerance (relative L2 about 0.5 in bf16)."""
+
+
+_ORACLE_SWIGLU = ffn.swiglu
+
+
+def _gate_clamped_both_ways(gate: torch.Tensor, up: torch.Tensor,
+                            clamp: float | None) -> torch.Tensor:
+    """The planted reading of a clamp (FlashInfer's cake FC1 was read to do it): the gate
+    limited to ``[-c, c]``, not only from above."""
+    low = gate if clamp is None else torch.maximum(gate, torch.tensor(-clamp, dtype=gate.dtype))
+    return _ORACLE_SWIGLU(low, up, clamp)
+
+
+@pytest.mark.contract("s5.clamp")
+def test_the_clamp_limits_the_gate_from_above_only(moe_backend, cuda_device, recipe, weighting,
+                                                  monkeypatch) -> None:
+    """docs/contract.md s5: ``gate = min(gate, c)``, ``up = clamp(up, -c, c)``; a gate below
+    ``-c`` stays as it is. Every live row of ``C`` tokens with a clamp of 0.25 meets the
+    oracle; the same rows judged against a reference that clamps the gate from below too
+    fail, so these inputs tell the two readings apart."""
+    layer, spec = _layer(moe_backend, cuda_device, CLAMP_BELOW_GATES, weighting, recipe)
+    x, ids, w = _routes(21, C, 0.0, cuda_device)
+    out = layer.warmup(x, ids, w)
+    want = oracle_output(spec, W13, W2, x, ids, w)
+    assert compare_rows(out, want, ids, recipe).problems == ()
+    with monkeypatch.context() as m:
+        m.setattr(ffn, "swiglu", _gate_clamped_both_ways)
+        planted = oracle_output(spec, W13, W2, x, ids, w)
+    assert compare_rows(planted, want, ids, recipe).problems != (), (
+        "a gate clamped from below too is within the tolerance on these rows: they cannot "
+        "tell the readings apart")
 
 
 @pytest.mark.contract("s2.masked-any-score", "s8.invariance")
