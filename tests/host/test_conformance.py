@@ -99,3 +99,20 @@ def test_the_table_collects_only_the_tiers_that_run_against_a_backend(tmp_path: 
     assert conformance.main(["--backend", "x", str(report)]) == 0
     assert seen == [conformance.BACKEND_TEST_DIRS] and "tests/host" not in seen[0]
     assert "| `s8.row-tolerance` | pass | 1 |" in capsys.readouterr().out
+
+
+def test_the_documented_tables_are_generated_from_their_committed_reports() -> None:
+    """docs/conformance.md holds, for each report under docs/conformance/ (named for its
+    backend), exactly the table the tool makes of it with the current tests' marks."""
+    from tests.harness.conformance import BACKEND_TEST_DIRS
+
+    doc = (ROOT / "docs" / "conformance.md").read_text()
+    reports = sorted((ROOT / "docs" / "conformance").glob("*.xml"))
+    assert reports, "no report under docs/conformance/"
+    rules = doc_rules(CONTRACT.read_text())
+    marks = collect_marks(dirs=BACKEND_TEST_DIRS)
+    for report in reports:
+        table = render(report.stem, verdicts(rules, marks, junit_results([report])))
+        assert table.replace("### ", "### Table: ", 1) in doc, (
+            f"docs/conformance.md: the table of {report.name} is stale or edited: "
+            f"python -m tests.harness.conformance --backend {report.stem} {report}")
