@@ -168,13 +168,14 @@ def _gate_clamped_both_ways(gate: torch.Tensor, up: torch.Tensor,
 
 
 @pytest.mark.contract("s5.clamp")
-def test_the_clamp_limits_the_gate_from_above_only(moe_backend, cuda_device, recipe, weighting,
+def test_the_clamp_limits_the_gate_from_above_only(moe_backend, cuda_device, recipe,
                                                   monkeypatch) -> None:
     """docs/contract.md s5: ``gate = min(gate, c)``, ``up = clamp(up, -c, c)``; a gate below
     ``-c`` stays as it is. Every live row of ``C`` tokens with a clamp of 0.25 meets the
     oracle; the same rows judged against a reference that clamps the gate from below too
-    fail, so these inputs tell the two readings apart."""
-    layer, spec = _layer(moe_backend, cuda_device, CLAMP_BELOW_GATES, weighting, recipe)
+    fail, so these inputs tell the two readings apart. The backend's first weighting (the
+    clamp comes before any weighting; the every-row test draws clamps with each)."""
+    layer, spec = _layer(moe_backend, cuda_device, CLAMP_BELOW_GATES, None, recipe)
     x, ids, w = _routes(21, C, 0.0, cuda_device)
     out = layer.warmup(x, ids, w)
     want = oracle_output(spec, W13, W2, x, ids, w)
