@@ -27,7 +27,7 @@
 # .fi-jit/cache.tgz (git-ignored) and add ".fi-jit" to carry: the next call unpacks it and
 # touches its files, so ninja finds the outputs newer than the carried sources. With .whl the
 # carry is then about 62 MiB before the tree (8 MiB tracked): over the 64 MiB a call takes,
-# so the cake's contract call (which needs .whl) builds again; the bench call can carry it.
+# so the cake's calls, which carry .whl for the harness and our arm, build it again.
 # Run on an H100 on 2026-12-05: flashinfer-sm90-cake's contract tests (211 s with the JIT
 # build; docs/conformance.md). The FP8 pull and the benchmarks have not yet run.
 set -u
