@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from megamoe.backends import LayerSpec, MoEBackend, MoEHandle, feature_refusal
+from megamoe.backends import LayerSpec, MoEBackend, MoEHandle, feature_refusal, recipe_refusal
 from oracle.compare import RowReport, active_rows, compare_rows
 from oracle.experts import moe_forward
 from oracle.moe_config import MoEConfig
@@ -93,9 +93,9 @@ def build_layer(backend: MoEBackend, spec: LayerSpec, w13: torch.Tensor, w2: tor
     """The chosen backend's layer for ``spec`` on this rank; a backend that refuses it fails
     the test with its reason (``MoEBackend.refusal``), never skips it."""
     device = torch.device(device)
-    if spec.config.recipe not in backend.info.recipes:
-        pytest.fail(f"backend {backend.info.name} implements recipes "
-                    f"{', '.join(backend.info.recipes)}, not {spec.config.recipe}", pytrace=False)
+    no_recipe = recipe_refusal(backend.info, spec.config.recipe)
+    if no_recipe is not None:
+        pytest.fail(no_recipe, pytrace=False)
     why = backend.refusal(spec, device, 1 if world is None else world.size)  # type: ignore[attr-defined]
     if why is not None:
         pytest.fail(why, pytrace=False)

@@ -11,8 +11,11 @@ from megamoe.backends.api import (
     as_kernel,
     device_refusal,
     feature_refusal,
+    recipe_refusal,
+    weighting_refusal,
 )
 from megamoe.backends.registry import BackendError, load_backend, selected_name
 
 __all__ = ["FEATURES", "WEIGHTINGS", "BackendError", "BackendInfo", "LayerSpec", "MoEBackend", "MoEHandle",
-           "as_kernel", "device_refusal", "feature_refusal", "load_backend", "selected_name"]
+           "as_kernel", "device_refusal", "feature_refusal", "load_backend", "recipe_refusal",
+           "selected_name", "weighting_refusal"]

@@ -28,6 +28,7 @@ capacity-shaped inputs. The output is ``[T, H]`` bf16 (or the caller's ``out``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -152,6 +153,33 @@ def feature_refusal(info: BackendInfo, *features: str) -> str | None:
         return None
     return (f"backend {info.name} {info.version} does not provide "
             f"{', '.join(missing)}, which this contract rule needs")
+
+
+def recipe_refusal(info: BackendInfo, recipe: str) -> str | None:
+    """None when the backend implements ``recipe``, else the sentence a test that needs it
+    fails with."""
+    if recipe in info.recipes:
+        return None
+    return f"backend {info.name} implements recipes {', '.join(info.recipes)}, not {recipe}"
+
+
+def weighting_refusal(info: BackendInfo, *weightings: str) -> str | None:
+    """None when the backend applies the score at every one of ``weightings`` (names of
+    ``WEIGHTINGS``), else the sentence naming the places it does not."""
+    missing = sorted(set(weightings) - set(info.weightings))
+    if not missing:
+        return None
+    return (f"backend {info.name} does not apply the score {' or '.join(missing)} (it declares "
+            f"{', '.join(info.weightings)})")
+
+
+NOT_OFFERED = re.compile(
+    r"backend \S+ (\S+ )?does not provide .+, which this contract rule needs"
+    r"|backend \S+ implements recipes .+, not \S+"
+    r"|backend \S+ does not apply the score \S+( or \S+)* \(it declares")
+"""Matches the sentences above anywhere in a failure's first line: the failure is a
+capability the backend does not declare, not a wrong output (the conformance table keeps
+the two apart)."""
 
 
 @runtime_checkable

@@ -9,7 +9,10 @@ A rule's tests are the ones that name it (``@pytest.mark.contract``, collected a
 ``tests.harness.contract_map`` collects them). A rule passes when at least one of its test
 cases ran and none failed; it fails when any case failed or errored (a refusal or a missing
 feature fails its test, so it shows here with its sentence); it is *not run* when no case of
-its tests is in the reports (another tier's rule, or a test the run did not select).
+its tests is in the reports (another tier's rule, or a test the run did not select). A
+failing rule whose every failure is a capability the backend does not declare (a feature, a
+recipe or a place of the score: ``megamoe.backends.api.NOT_OFFERED``) reads *fail (not
+offered)*: nothing it ran gave a wrong output.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from megamoe.backends.api import NOT_OFFERED
 from tests.harness.contract_map import CONTRACT, collect_marks, doc_rules
 
 PASS, FAIL, NOT_RUN = "pass", "fail", "not run"
@@ -72,6 +76,15 @@ class RuleVerdict:
     failures: tuple[tuple[str, str], ...]
     """(node id, first line of the failure) of each failing case."""
 
+    @property
+    def not_offered(self) -> bool:
+        """Did the rule fail only on capabilities the backend does not declare?"""
+        return bool(self.failures) and all(NOT_OFFERED.search(m) for _, m in self.failures)
+
+    @property
+    def label(self) -> str:
+        return f"{FAIL} (not offered)" if self.not_offered else self.status
+
 
 def verdicts(rules: Sequence[str], marks: Mapping[str, list[str]],
              results: Sequence[CaseResult]) -> list[RuleVerdict]:
@@ -97,9 +110,11 @@ def render(backend: str, table: Sequence[RuleVerdict], python: str = "python") -
             f"`{n}`: {msg.replace('|', '/')} — `{python} -m pytest '{n}' --moe-backend {backend}`"
             for n, msg in v.failures[:3])
         more = f"<br>... and {len(v.failures) - 3} more" if len(v.failures) > 3 else ""
-        lines.append(f"| `{v.rule}` | {v.status} | {v.ran} | {shown}{more} |")
+        lines.append(f"| `{v.rule}` | {v.label} | {v.ran} | {shown}{more} |")
     counts = {s: sum(v.status == s for v in table) for s in (PASS, FAIL, NOT_RUN)}
-    lines += ["", f"{counts[PASS]} rules pass, {counts[FAIL]} fail, {counts[NOT_RUN]} not run."]
+    offered = sum(v.not_offered for v in table)
+    lines += ["", f"{counts[PASS]} rules pass, {counts[FAIL]} fail ({offered} of them only on "
+              f"capabilities the backend does not offer), {counts[NOT_RUN]} not run."]
     return "\n".join(lines) + "\n"
 
 

@@ -64,7 +64,41 @@ def test_each_rule_gets_pass_fail_or_not_run(tmp_path: Path) -> None:
     assert table["s6.inactive-rows-zero"].status == NOT_RUN
     text = render("x", list(table.values()))
     assert "python -m pytest 'tests/single/test_a.py::test_rows[mxfp8]' --moe-backend x" in text
-    assert "1 rules pass, 1 fail, 2 not run." in text
+    assert "| `s8.row-tolerance` | fail (not offered) | 2 |" in text
+    assert "1 rules pass, 1 fail (1 of them only on capabilities the backend does not offer), " \
+        "2 not run." in text
+
+
+def test_a_wrong_output_beside_a_missing_capability_is_a_plain_failure() -> None:
+    """A rule reads *fail (not offered)* only when every failure is a capability the backend
+    does not declare; one wrong row among them makes it a plain failure."""
+    gap = CaseResult("tests.single.test_a::test_rows[mxfp8]", "fail",
+                     "backend x implements recipes bf16, not mxfp8")
+    wrong = CaseResult("tests.single.test_a::test_rows[bf16]", "fail",
+                       "AssertionError: live rows above relative L2 0.01 (worst 0.517): 3 row(s)")
+    both = {v.rule: v for v in verdicts(RULES, MARKS, [gap, wrong])}["s8.row-tolerance"]
+    assert both.status == FAIL and not both.not_offered and both.label == "fail"
+    only_gap = {v.rule: v for v in verdicts(RULES, MARKS, [gap])}["s8.row-tolerance"]
+    assert only_gap.not_offered and only_gap.label == "fail (not offered)"
+
+
+def test_every_sentence_of_a_missing_capability_is_recognised() -> None:
+    """The sentences ``megamoe.backends.api`` makes for a feature, a recipe and a place of the
+    score that a backend does not declare, as a JUnit report's first line carries them."""
+    from megamoe.backends import BackendInfo, feature_refusal, recipe_refusal, weighting_refusal
+    from megamoe.backends.api import NOT_OFFERED
+
+    info = BackendInfo("flashinfer-sm90-cake", "0.7.2.post1", ("sm_90",), ("bf16",),
+                       weightings=("combine", "late"))
+    sentences = [feature_refusal(info, "out_buffer", "route_errors"),
+                 recipe_refusal(info, "mxfp8"),
+                 f"AssertionError: {weighting_refusal(info, 'early', 'late')}"]
+    assert None not in sentences
+    assert all(NOT_OFFERED.search(str(m)) for m in sentences), sentences
+    assert (recipe_refusal(info, "bf16"), weighting_refusal(info, "late")) == (None, None)
+    for output in ("AssertionError: live rows above relative L2 0.01 (worst 0.517)",
+                   "AssertionError: rows differ bitwise", "Failed: DID NOT RAISE RouteError"):
+        assert not NOT_OFFERED.search(output)
 
 
 def test_a_real_run_of_one_file_passes_its_rules(tmp_path: Path) -> None:
