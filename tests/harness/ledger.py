@@ -36,7 +36,7 @@ from pathlib import Path
 
 from megamoe.backends.registry import DEFAULT as OUR_BACKEND
 from tests.harness.hashing import diff_files, hash_group, kernel_modules
-from tests.harness.seed_suite import plan, split_part
+from tests.harness.seed_suite import part_kind, plan
 from tests.harness.shard import Shard, parse_shard
 from tests.harness.suite_run import MULTI_SANITIZE
 from tests.harness.worlds import KERNEL_MODES
@@ -105,8 +105,7 @@ def _passes(record: dict, suite: str, tool: str | None = None) -> bool:
 def _in_a_world(suite: str) -> bool:
     """Does ``suite`` run in an EP world (``multi``, the tier under a tool, or a seed suite's
     multi part)?"""
-    split = split_part(suite)
-    return suite in ("multi", MULTI_SANITIZE) or (split is not None and split[1] == "multi")
+    return part_kind(suite) in ("multi", MULTI_SANITIZE)
 
 
 def judged_ours(record: dict) -> bool:
@@ -208,15 +207,11 @@ def multi_tests_exist(root: Path) -> bool:
     return any((root / "tests" / "multi").rglob("test_*.py"))
 
 
-def required_suites(root: Path) -> tuple[str, ...]:
-    return ("single", "multi") if multi_tests_exist(root) else ("single",)
-
-
 def requirements(root: Path) -> tuple[Requirement, ...]:
-    """The GPU suites, then one sanitizer run per tool, then (once the multi tier has tests)
-    the tier under each of its tools."""
+    """``single`` (and ``multi`` once the multi tier has tests), then one sanitizer run per
+    tool, then (with the multi tier) the tier under each of its tools."""
     multi = multi_tests_exist(root)
-    return (*(Requirement(s) for s in required_suites(root)),
+    return (Requirement("single"), *((Requirement("multi"),) if multi else ()),
             *(Requirement("sanitize", t) for t in SANITIZER_TOOLS),
             *(Requirement(MULTI_SANITIZE, t) for t in (MULTI_SANITIZER_TOOLS if multi else ())))
 

@@ -89,9 +89,7 @@ def runs_beside_others(step: tuple[str, str | None]) -> bool:
     suite's ``sanitize`` part under one tool), which may share the GPU with its kind? A multi
     tier under a tool (``MULTI_SANITIZE``) is a world of processes and runs alone."""
     name, tool = step
-    split = seed_suite.split_part(name)
-    return tool is not None and (name == "sanitize" or (split is not None
-                                                        and split[1] == "sanitize"))
+    return tool is not None and seed_suite.part_kind(name) == "sanitize"
 
 
 def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
@@ -152,12 +150,12 @@ def preflight(args: QualifyArgs, plan: Sequence[tuple[str, str | None]],
     backend = backend or {"name": "megamoe", "archs": [KERNEL_ARCH]}
     archs, who = tuple(backend.get("archs") or (KERNEL_ARCH,)), str(backend["name"])
     names = {name for name, _ in plan}
-    parts = {name: seed_suite.split_part(name) for name in names}
-    parts = {name: split[1] for name, split in parts.items() if split is not None}
-    multi = bool(names & {"multi", MULTI_SANITIZE}) or "multi" in parts.values()
+    kinds = {seed_suite.part_kind(name) for name in names}
+    multi = bool(kinds & {"multi", MULTI_SANITIZE})
     for name in sorted(names & set(GPU_SUITES) - {"multi"}):
         checks.append(check_gpus(name, gpus, 1, archs, who))
-    for name in sorted(n for n, part in parts.items() if part != "multi"):
+    for name in sorted(n for n in names if seed_suite.split_part(n) is not None
+                       and seed_suite.part_kind(n) != "multi"):
         checks.append(check_gpus(name, gpus, 1, archs, who))
     if "mutants" in names and set(args.mutant_tiers) & set(GPU_TIERS):
         checks.append(check_gpus("mutants (tier single)", gpus, 1))
@@ -169,7 +167,7 @@ def preflight(args: QualifyArgs, plan: Sequence[tuple[str, str | None]],
     checks.append(check_cute_dsl(python))
     if multi:
         checks.append(check_torchrun())
-    if names & {"sanitize", MULTI_SANITIZE} or "sanitize" in parts.values():
+    if kinds & {"sanitize", MULTI_SANITIZE}:
         from sanitizers.wrapper import find_compute_sanitizer
 
         checks.append(check_sanitizer(find_compute_sanitizer()))

@@ -75,6 +75,13 @@ def split_part(name: str) -> tuple[str, str] | None:
     return (suite, part) if sep and suite in SEED_SUITES and part in PARTS else None
 
 
+def part_kind(name: str) -> str:
+    """What a planned run is, whoever's it is: a seed suite's part (``mega_sm107-multi`` ->
+    ``multi``), or the suite ``name`` itself for any other."""
+    split = split_part(name)
+    return name if split is None else split[1]
+
+
 def single_part(suite: str, extra: tuple[str, ...] = ()) -> Suite:
     """The suite's one-GPU tests (``tests/single``, ``tests/property``)."""
     return Suite(part_name(suite, "single"), f"{suite}: one-GPU tests",

@@ -89,6 +89,9 @@ def test_each_part_selects_the_suite_marker_in_its_tier() -> None:
         *[("mega_sm107-sanitize", t) for t in SANITIZER_TOOLS]]
     assert seed_suite.split_part("mega_sm107-multi") == ("mega_sm107", "multi")
     assert seed_suite.split_part("multi") is None
+    assert [seed_suite.part_kind(n) for n in ("mega_sm107-multi", "mega_sm90_mxfp4-sanitize",
+                                              "multi", "sanitize", "multi-sanitize")] == [
+        "multi", "sanitize", "multi", "sanitize", "multi-sanitize"]
 
 
 def test_run_tests_sh_refuses_a_seed_suite_on_a_machine_without_a_gpu() -> None:
