@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.harness.conformance import (
+    BACKEND_TEST_DIRS,
     FAIL,
     NOT_RUN,
     PASS,
@@ -138,8 +139,6 @@ def test_the_table_collects_only_the_tiers_that_run_against_a_backend(tmp_path: 
 def test_the_documented_tables_are_generated_from_their_committed_reports() -> None:
     """docs/conformance.md holds, for each report under docs/conformance/ (named for its
     backend), exactly the table the tool makes of it with the current tests' marks."""
-    from tests.harness.conformance import BACKEND_TEST_DIRS
-
     doc = (ROOT / "docs" / "conformance.md").read_text()
     reports = sorted((ROOT / "docs" / "conformance").glob("*.xml"))
     assert reports, "no report under docs/conformance/"
