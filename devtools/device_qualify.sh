@@ -16,7 +16,8 @@
 #   tools in one record, the tools beside single's xdist phase (--sanitizers-beside), to
 #   measure the whole single-GPU verdict's wall time (MEGAMOE_GPU_TIMEOUT s per suite,
 #   default 560: the whole suite may not fit one device call, the record's time_profile
-#   still says where the time went)
+#   still says where the time went); "gpu 1/3": shard 1 of 3 of `single` with the four tools
+#   whole beside it, then "single 2/3" and "single 3/3": single and sanitize in three calls
 # A call returns at most 8 files from $OUT; qualify.py writes one log and one JUnit report
 # per suite or sanitized case (the sanitize suite about 25 per tool), so everything is
 # written under /tmp and $OUT gets: records/<suggested_record_name> (the records to commit
@@ -35,7 +36,7 @@
 # under MEGAMOE_SANITIZE_TIMEOUT s (default 420; session 32: racecheck passed 280 s with 15
 # cases, the other three finished inside it).
 set -u
-what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P [PARTS]] | gpu}
+what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P [PARTS]] | gpu [I/N]}
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
@@ -83,11 +84,13 @@ case "$what" in
     echo "$name rc=$?" >> "$Q/rc.txt"
     tag=$name${4:+-${4//,/-}} ;;
   gpu)
+    shard=()
+    if [ -n "${2:-}" ]; then shard=(--shard "$2"); fi
     python3 qualify.py --suite gpu --sanitizers-beside --require-arch sm_90 \
       --workers "${MEGAMOE_SINGLE_WORKERS:-12}" --timeout "${MEGAMOE_GPU_TIMEOUT:-560}" \
-      --output-dir "$Q/gpu" > "$Q/gpu.log" 2>&1
-    echo "gpu rc=$?" >> "$Q/rc.txt"
-    tag=gpu ;;
+      "${shard[@]}" --output-dir "$Q/gpu" > "$Q/gpu.log" 2>&1
+    echo "gpu ${2:-} rc=$?" >> "$Q/rc.txt"
+    tag=gpu${2:+-${2/\//of}} ;;
   *) echo "unknown: $what (single, sanitize, multi, seed or gpu)"; exit 2 ;;
 esac
 for rec in "$Q"/*/qualification.json; do

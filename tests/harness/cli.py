@@ -19,8 +19,11 @@ SUITE_CHOICES = ("host", "single", "multi", "sanitize", "gpu", "all", "mutants",
 the four sanitizer tools at once; ``all``: ``host``, ``single``, ``multi``, then the tools;
 the seeds' named suites (``tests.suites.SEED_SUITES``) run their three parts
 (``tests.harness.seed_suite``)."""
-SHARDED_SUITES = ("single",)
-"""Suites ``--shard`` may split (``tests.harness.shard``; the ledger joins their shards)."""
+SHARDED_SUITES = ("single", "gpu")
+"""Suites ``--shard`` may split (``tests.harness.shard``; the ledger joins their shards). In
+``gpu`` the shard splits its ``single`` run (``shard.SPLIT_SUITE``) only: the sanitizer tools
+run whole, so ``--suite gpu --shard 1/N --sanitizers-beside`` then ``--suite single --shard
+I/N`` for the others qualify everything in N device calls."""
 
 
 @dataclass(frozen=True)
@@ -116,8 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "'timing' in this many pytest-xdist workers, then the 'timing' tests alone "
                     "(recorded; default 1: one process)")
     ap.add_argument("--shard", metavar="I/N",
-                    help=f"{' or '.join(SHARDED_SUITES)}: run shard I of N of the tests (the ledger "
-                    "needs passing records of all N shards; tests.harness.shard)")
+                    help=f"{' or '.join(SHARDED_SUITES)}: run shard I of N of single's tests (gpu: "
+                    "the sanitizer tools run whole; the ledger needs passing records of all N "
+                    "shards; tests.harness.shard)")
     ap.add_argument("--mutants", type=Path, metavar="DIR",
                     help="--suite mutants: a folder of patches, each one planted bug (default "
                     "tests/mutants); each is applied to a scratch copy and the tests covering "

@@ -14,7 +14,8 @@ line saying so.
 A record counts for a requirement when its JSON has ``kind == RECORD_KIND``, a
 ``suites`` entry with the requirement's name (and, for ``sanitize``, its
 ``tool``) and status ``pass``, no ``--filter`` (a filtered run does not cover
-the suite), no ``--shard``, at least one GPU in its environment, its contract tests
+the suite), no ``--shard`` for ``single`` (a sharded ``gpu`` run's sanitizer tools ran whole
+and count), at least one GPU in its environment, its contract tests
 judging our layer (``moe_backend`` ``megamoe``: another backend's run vouches for
 nothing of ours), and
 ``source_hashes.kernel.digest`` equal to the current digest. A suite run in shards
@@ -37,7 +38,7 @@ from pathlib import Path
 from megamoe.backends.registry import DEFAULT as OUR_BACKEND
 from tests.harness.hashing import diff_files, hash_group, kernel_modules
 from tests.harness.seed_suite import part_kind, plan
-from tests.harness.shard import Shard, parse_shard
+from tests.harness.shard import SPLIT_SUITE, Shard, parse_shard
 from tests.harness.suite_run import MULTI_SANITIZE
 from tests.harness.worlds import KERNEL_MODES
 from tests.suites import MULTI_SANITIZER_TOOLS, SANITIZER_TOOLS, SEED_SUITES
@@ -81,8 +82,9 @@ def load_records(root: Path) -> list[tuple[Path, dict]]:
 
 def passes_suite(record: dict, suite: str, tool: str | None = None) -> bool:
     """True when ``record`` holds a passing, unfiltered, unsharded GPU run of ``suite`` (for
-    ``sanitize``: of ``tool``)."""
-    if record.get("arguments", {}).get("shard"):
+    ``sanitize``: of ``tool``). A shard splits ``single`` only (``SPLIT_SUITE``): the sanitizer
+    tools of a sharded ``gpu`` run ran whole and count."""
+    if record.get("arguments", {}).get("shard") and suite == SPLIT_SUITE:
         return False
     return _passes(record, suite, tool)
 

@@ -20,6 +20,9 @@ import re
 import zlib
 from dataclasses import dataclass
 
+SPLIT_SUITE = "single"
+"""The one suite a shard splits, run alone or inside ``gpu`` (whose sanitizer tools run whole:
+the sanitize suite's cases are not pytest node ids of ``single``)."""
 SHARD_OPTION = "--megamoe-shard"
 """The pytest option ``shard_plugin`` adds: ``I/N``."""
 SHARD_PLUGIN = "tests.harness.shard_plugin"

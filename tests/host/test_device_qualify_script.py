@@ -250,3 +250,15 @@ def test_the_gpu_call_runs_the_sanitizers_beside_single_in_one_record(tmp_path) 
     argv = json.loads(rec.read_text())["argv"]
     assert argv[argv.index("--suite") + 1] == "gpu" and "--sanitizers-beside" in argv
     assert argv[argv.index("--timeout") + 1] == "540" and "--workers" in argv
+    assert "--shard" not in argv
+
+
+def test_a_gpu_call_may_take_a_shard_of_single(tmp_path) -> None:
+    """``gpu 1/3``: shard 1 of 3 of ``single`` with the sanitizer tools whole beside it; its log
+    archive is tagged with the shard."""
+    rc, out = _run(tmp_path, "gpu", tool="1/3")
+    assert rc == 0 and len(_files(out)) <= DEVICE_FILE_LIMIT
+    (rec,) = (out / "records").iterdir()
+    argv = json.loads(rec.read_text())["argv"]
+    assert argv[argv.index("--shard") + 1] == "1/3" and "--sanitizers-beside" in argv
+    assert (out / "logs-gpu-1of3.tgz").is_file()

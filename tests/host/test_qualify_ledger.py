@@ -284,6 +284,34 @@ def test_passing_records_of_every_shard_qualify_the_suite(repo: Path) -> None:
             "docs/qualification/s2.json, docs/qualification/s3.json") in result.lines
 
 
+def test_a_sharded_gpu_run_gives_its_single_shard_and_its_whole_sanitizer_tools(
+        repo: Path) -> None:
+    """``qualify.py --suite gpu --shard 1/2 --sanitizers-beside``: the shard splits single
+    only, so its sanitizer tools count as whole runs and its single as shard 1 of 2."""
+    tools = [f"sanitize:{tool}" for tool in SANITIZER_TOOLS]
+    record(repo, "g1.json", "single", *tools, shard="1/2")
+    text = "\n".join(check_ledger(repo).lines)
+    assert "no passing 'single' record exists at all" in text  # one shard is not the suite
+    for tool in SANITIZER_TOOLS:
+        assert f"ledger: sanitize {tool}: qualified" in text, text
+    record(repo, "s2.json", "single", shard="2/2")
+    result = check_ledger(repo)
+    assert result.ok, result.lines
+
+
+def test_a_sharded_gpu_runs_failing_tool_does_not_count(repo: Path) -> None:
+    tools = [f"sanitize:{tool}" for tool in SANITIZER_TOOLS[1:]]
+    record(repo, "g1.json", "single", *tools, shard="1/2")
+    record(repo, "g1-fail.json", f"sanitize:{SANITIZER_TOOLS[0]}", status="fail", shard="1/2")
+    record(repo, "s2.json", "single", shard="2/2")
+    result = check_ledger(repo)
+    assert not result.ok
+    assert [line for line in result.lines if "FAIL" in line and "sanitize" in line] == [
+        f"ledger: sanitize {SANITIZER_TOOLS[0]}: FAIL: no passing 'sanitize "
+        f"{SANITIZER_TOOLS[0]}' record in {LEDGER_DIR}/ for kernel-source digest "
+        f"{hash_group(repo, 'kernel').digest[:16]}"], result.lines
+
+
 @pytest.mark.parametrize(
     ("second", "why"),
     [

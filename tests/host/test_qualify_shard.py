@@ -51,9 +51,11 @@ def test_the_shards_partition_the_node_ids(count: int) -> None:
     assert min(sizes) > 600 / count / 2, sizes  # and none of them nearly empty
 
 
-def test_a_shard_is_only_for_the_single_suite() -> None:
+def test_a_shard_is_only_for_the_single_suite_alone_or_inside_gpu() -> None:
     assert parse_args(["--suite", "single", "--output-dir", "o", "--shard", "2/3"]).shard == "2/3"
-    for suite in ("gpu", "sanitize", "host"):
+    assert parse_args(["--suite", "gpu", "--output-dir", "o", "--shard", "1/3", "--workers", "2",
+                       "--sanitizers-beside"]).shard == "1/3"
+    for suite in ("sanitize", "host", "multi", "all"):
         with pytest.raises(SystemExit):
             parse_args(["--suite", suite, "--output-dir", "o", "--shard", "1/2",
                         "--sanitizer-tool", "memcheck"])
