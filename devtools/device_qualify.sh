@@ -24,7 +24,9 @@
 # under docs/qualification/), summaries.md (every suite's summary, one after the other) and
 # logs-<what>.tgz with the rest: at most 6 files. Several runs can share one call, one after
 # the other (`bash devtools/device_qualify.sh multi 2; bash devtools/device_qualify.sh multi 4`):
-# each keeps its records, its summary and its own logs-<what>.tgz.
+# each keeps its records, its summary and its own logs-<what>.tgz. Never two runs beside each
+# other: single, multi and multi's sanitizer runs hold the GPU alone, and the neighbour watch
+# fails them beside any other process (2026-12-05: multi 2 beside multi 2 memcheck, both failed).
 # single: `single` alone on the GPU (it holds timing tests; docs/gpu.md), 12 xdist workers
 # (MEGAMOE_SINGLE_WORKERS), at most 560 s (MEGAMOE_SINGLE_TIMEOUT): the suite took 380-468 s
 # in the six qualifications before session 28 under a 480 s limit, and in session 28 its
