@@ -39,6 +39,7 @@
 # cases, the other three finished inside it).
 set -u
 what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P [PARTS]] | gpu [I/N]}
+source "$(dirname "$0")/gpu_lock.sh"  # one device script at a time (exit 3 beside another)
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}

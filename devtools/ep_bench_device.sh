@@ -14,6 +14,7 @@
 set -u
 p=${1:?usage: bash devtools/ep_bench_device.sh P [quick]}
 case "$p" in 2|4|8) ;; *) echo "P: expected 2, 4 or 8, got $p"; exit 2 ;; esac
+source "$(dirname "$0")/gpu_lock.sh"  # one device script at a time (exit 3 beside another)
 quick=()
 if [ "${2:-}" = quick ]; then quick=(--quick); fi
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }

@@ -33,6 +33,7 @@
 set -u
 backend=${1:?usage: bash devtools/flashinfer_device.sh stage-dsl | flashinfer-sm90-cake|flashinfer-sm90-fp8-pull [bench [CASE_GLOB]]}
 DSL45=${MEGAMOE_DSL45_SITE:-/tmp/dsl45}
+source "$(dirname "$0")/gpu_lock.sh"  # one device script at a time (exit 3 beside another)
 DSL45_PATH=$DSL45:$DSL45/nvidia_cutlass_dsl/python_packages
 if [ "$backend" = stage-dsl ]; then
   [ -f .whl-dsl45/site.tar.xz ] || { echo "stage-dsl: carry .whl-dsl45 (python -m devtools.pack_device_wheels --dsl45)"; exit 2; }

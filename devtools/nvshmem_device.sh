@@ -17,6 +17,7 @@ set -u
 what=${1:-test_ep_oracle}
 filter=(--filter "$what")
 if [ "$what" = all ]; then filter=(); fi
+source "$(dirname "$0")/gpu_lock.sh"  # one device script at a time (exit 3 beside another)
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 NV=${MEGAMOE_NVSHMEM_SITE:-/tmp/nvsite}
 Q=${MEGAMOE_NVSHMEM_TMP:-/tmp/nvq}

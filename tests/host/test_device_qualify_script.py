@@ -60,6 +60,7 @@ def _run(tmp_path: Path, what: str, failing: str = "none",
     if not (bindir / "python3").exists():
         (bindir / "python3").symlink_to(sys.executable)
     env = {**os.environ, "OUT": str(out), "MEGAMOE_QUALIFY_TMP": str(tmp_path / "q"),
+           "MEGAMOE_GPU_LOCK": str(tmp_path / "gpu.lock"),
            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(ROOT),  # the script reads the tool list from tests.suites
            **(env_extra or {})}
@@ -262,3 +263,30 @@ def test_a_gpu_call_may_take_a_shard_of_single(tmp_path) -> None:
     argv = json.loads(rec.read_text())["argv"]
     assert argv[argv.index("--shard") + 1] == "1/3" and "--sanitizers-beside" in argv
     assert (out / "logs-gpu-1of3.tgz").is_file()
+
+
+@pytest.mark.parametrize("script", ["device_qualify.sh", "ep_bench_device.sh",
+                                    "flashinfer_device.sh", "nvshmem_device.sh"])
+def test_a_device_script_beside_another_stops_at_once_naming_the_lock(tmp_path,
+                                                                       script) -> None:
+    """Two device scripts at once fail each other's suites at the end (the neighbour watch);
+    the second one stops before it runs anything (devtools/gpu_lock.sh)."""
+    import fcntl
+
+    lock = tmp_path / "gpu.lock"
+    repo, out = tmp_path / "repo", tmp_path / "out"
+    repo.mkdir()
+    out.mkdir()
+    ran = tmp_path / "ran"
+    (repo / ".whl").mkdir()
+    (repo / ".whl" / "prelude.sh").write_text(f"touch {ran}\n")  # the first thing each runs
+    args = {"device_qualify.sh": ["single"], "ep_bench_device.sh": ["2"],
+            "flashinfer_device.sh": ["flashinfer-sm90-cake"], "nvshmem_device.sh": []}[script]
+    env = {**os.environ, "OUT": str(out), "MEGAMOE_GPU_LOCK": str(lock)}
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another script holds it
+        proc = subprocess.run(["bash", str(SCRIPT.parent / script), *args], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert f"another device script holds the GPU (lock {lock})" in proc.stderr
+    assert not ran.exists() and not any(out.iterdir())

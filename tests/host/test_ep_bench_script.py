@@ -45,7 +45,8 @@ def _run(tmp_path: Path, gpus: int, *args: str) -> tuple[int, Path, str]:
     (bindir / "nvidia-smi").write_text("#!/bin/sh\n" + "echo GPU\n" * gpus)
     for f in ("python3", "nvidia-smi"):
         (bindir / f).chmod(0o755)
-    env = {**os.environ, "OUT": str(out), "PATH": f"{bindir}:{os.environ['PATH']}"}
+    env = {**os.environ, "OUT": str(out), "PATH": f"{bindir}:{os.environ['PATH']}",
+           "MEGAMOE_GPU_LOCK": str(tmp_path / "gpu.lock")}
     env.pop("MEGAMOE_EP_BENCH_TIMEOUT", None)
     r = subprocess.run(["bash", str(SCRIPT), *args], cwd=repo, env=env, capture_output=True,
                        text=True, timeout=60)

@@ -67,7 +67,7 @@ def _run(tmp_path: Path, *args: str, carried_cache: Path | None = None,
     (bindir / "python3").write_text(FAKE_PYTHON)
     (bindir / "python3").chmod(0o755)
     env = {**os.environ, "OUT": str(out), "PATH": f"{bindir}:{os.environ['PATH']}",
-           "MEGAMOE_FI_BENCH_DIR": str(tmp_path / "fib"),
+           "MEGAMOE_FI_BENCH_DIR": str(tmp_path / "fib"), "MEGAMOE_GPU_LOCK": str(tmp_path / "gpu.lock"),
            "MEGAMOE_FI_WORKSPACE": str(tmp_path / "fiws"),
            "MEGAMOE_DSL45_SITE": str(dsl45 or tmp_path / "dsl45")}
     r = subprocess.run(["bash", str(SCRIPT), *args], cwd=repo, env=env, capture_output=True,

@@ -40,7 +40,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[int, Path]:
     bindir.mkdir()
     (bindir / "python3").symlink_to(sys.executable)
     env = {**os.environ, "OUT": str(out), "MEGAMOE_NVSHMEM_SITE": str(tmp_path / "site"),
-           "MEGAMOE_NVSHMEM_TMP": str(tmp_path / "q"),
+           "MEGAMOE_NVSHMEM_TMP": str(tmp_path / "q"), "MEGAMOE_GPU_LOCK": str(tmp_path / "gpu.lock"),
            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.run(["bash", str(SCRIPT), *args], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=120)
