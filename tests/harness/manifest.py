@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.harness.ledger import RECORD_KIND
+from tests.harness.shard import SPLIT_SUITE
 
 SCHEMA_VERSION = 1
 RECORD_FILE = "qualification.json"
@@ -31,12 +32,14 @@ def utc_now() -> str:
 
 def record_name(record: dict) -> str:
     """``<date>_<suites>_<kernel digest[:12]>.json``: unique per run and readable (a shard
-    ``I/N`` of a suite is ``<suite>-shardIofN``)."""
+    ``I/N`` of ``single`` is ``single-shardIofN``; the sanitizer tools of a sharded ``gpu``
+    run ran whole and keep their plain names)."""
     stamp = str(record.get("finished_at", utc_now())).replace(":", "").replace("-", "")
     shard = record.get("arguments", {}).get("shard")
     part = f"-shard{shard.replace('/', 'of')}" if shard else ""
     suites = "-".join(
-        s["name"] + (f"-{s['tool']}" if s.get("tool") else "") + part
+        s["name"] + (f"-{s['tool']}" if s.get("tool") else "")
+        + (part if s["name"] == SPLIT_SUITE else "")
         for s in record.get("suites", [])
     ) or "none"
     digest = str(record.get("source_hashes", {}).get("kernel", {}).get("digest", "nohash"))[:12]

@@ -95,3 +95,14 @@ def test_two_shards_run_every_test_once_and_record_their_shard(tree: Path,
         assert rec["arguments"]["shard"] == shard
         assert f"_single-shard{shard.replace('/', 'of')}_" in rec["suggested_record_name"]
         assert all(f"--megamoe-shard={shard}" in c for c in suite["commands"])
+
+
+def test_a_sharded_gpu_records_name_marks_the_single_shard_only() -> None:
+    """The sanitizer tools of ``--suite gpu --shard 1/3`` ran whole: their names say so."""
+    from tests.harness.manifest import record_name
+
+    record = {"finished_at": "2026-12-05T00:00:00Z", "arguments": {"shard": "1/3"},
+              "suites": [{"name": "single"}, {"name": "sanitize", "tool": "memcheck"}],
+              "source_hashes": {"kernel": {"digest": "abcdef0123456789"}}}
+    assert record_name(record) == (
+        "20261205T000000Z_single-shard1of3-sanitize-memcheck_abcdef012345.json")
