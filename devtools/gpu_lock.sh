@@ -5,12 +5,13 @@
 # cost 325 s of device time for three failures, and two preludes unpacking at once broke one);
 # a second script now stops at once, exit status 3, naming the lock. The lock is an flock on
 # MEGAMOE_GPU_LOCK (default /tmp/megamoe-gpu.lock) held by file descriptor 9 until the script
-# and its children end. Without flock(1) the scripts run unlocked, saying so.
+# and its children end (a child left running keeps it: it would be the next run's GPU
+# neighbour too). Without flock(1) the scripts run unlocked, saying so.
 gpu_lock=${MEGAMOE_GPU_LOCK:-/tmp/megamoe-gpu.lock}
 if command -v flock > /dev/null 2>&1; then
   exec 9> "$gpu_lock"
   if ! flock -n 9; then
-    echo "$(basename "$0"): another device script holds the GPU (lock $gpu_lock): run them one after the other, never beside each other" >&2
+    echo "$(basename "$0"): another device script holds the GPU (lock $gpu_lock; or a process it left running, which inherits the lock): run them one after the other, never beside each other" >&2
     exit 3
   fi
 else

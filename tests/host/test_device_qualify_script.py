@@ -288,5 +288,5 @@ def test_a_device_script_beside_another_stops_at_once_naming_the_lock(tmp_path,
         proc = subprocess.run(["bash", str(SCRIPT.parent / script), *args], cwd=repo, env=env,
                               capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert f"another device script holds the GPU (lock {lock})" in proc.stderr
+    assert f"another device script holds the GPU (lock {lock};" in proc.stderr
     assert not ran.exists() and not any(out.iterdir())
