@@ -145,14 +145,25 @@ def device_refusal(info: BackendInfo, device: torch.device) -> str | None:
     return None
 
 
+NOT_OFFERED_SENTENCES = {
+    "feature": "backend {name} {version} does not provide {missing}, which this contract rule "
+               "needs",
+    "recipe": "backend {name} implements recipes {recipes}, not {recipe}",
+    "weighting": "backend {name} does not apply the score {missing} (it declares {declared})",
+}
+"""What a test that needs a capability the backend does not declare fails with: a feature,
+a recipe, a place of the score (``feature_refusal``, ``recipe_refusal``,
+``weighting_refusal``; ``NOT_OFFERED`` recognises them)."""
+
+
 def feature_refusal(info: BackendInfo, *features: str) -> str | None:
     """None when the backend declares every one of ``features``, else a sentence naming the
     missing ones (a test that needs them fails with it)."""
     missing = [f for f in features if f not in info.features]
     if not missing:
         return None
-    return (f"backend {info.name} {info.version} does not provide "
-            f"{', '.join(missing)}, which this contract rule needs")
+    return NOT_OFFERED_SENTENCES["feature"].format(name=info.name, version=info.version,
+                                                   missing=", ".join(missing))
 
 
 def recipe_refusal(info: BackendInfo, recipe: str) -> str | None:
@@ -160,7 +171,8 @@ def recipe_refusal(info: BackendInfo, recipe: str) -> str | None:
     fails with."""
     if recipe in info.recipes:
         return None
-    return f"backend {info.name} implements recipes {', '.join(info.recipes)}, not {recipe}"
+    return NOT_OFFERED_SENTENCES["recipe"].format(name=info.name, recipes=", ".join(info.recipes),
+                                                  recipe=recipe)
 
 
 def weighting_refusal(info: BackendInfo, *weightings: str) -> str | None:
@@ -169,17 +181,15 @@ def weighting_refusal(info: BackendInfo, *weightings: str) -> str | None:
     missing = sorted(set(weightings) - set(info.weightings))
     if not missing:
         return None
-    return (f"backend {info.name} does not apply the score {' or '.join(missing)} (it declares "
-            f"{', '.join(info.weightings)})")
+    return NOT_OFFERED_SENTENCES["weighting"].format(
+        name=info.name, missing=" or ".join(missing), declared=", ".join(info.weightings))
 
 
-NOT_OFFERED = re.compile(
-    r"backend \S+ (\S+ )?does not provide .+, which this contract rule needs"
-    r"|backend \S+ implements recipes .+, not \S+"
-    r"|backend \S+ does not apply the score \S+( or \S+)* \(it declares")
-"""Matches the sentences above anywhere in a failure's first line: the failure is a
-capability the backend does not declare, not a wrong output (the conformance table keeps
-the two apart)."""
+NOT_OFFERED = re.compile("|".join(
+    re.sub(r"\\\{\w+\\\}", ".+?", re.escape(t)) for t in NOT_OFFERED_SENTENCES.values()))
+"""Matches the sentences above anywhere in a failure's first line (each template with its
+fields as any text): the failure is a capability the backend does not declare, not a wrong
+output (the conformance table keeps the two apart)."""
 
 
 @runtime_checkable
