@@ -162,6 +162,25 @@ def shard_set(records: list[tuple[Path, dict]], suite: str, digest: str) -> list
     return [latest[i] for i in sorted(latest)]
 
 
+def qualifying(records: list[tuple[Path, dict]], suite: str, tool: str | None
+               ) -> list[tuple[Path, dict]]:
+    """Every record that qualified its own kernel digest for ``suite`` (``tool``), in record
+    order: a whole passing run, or for the split suite the latest record of a complete set
+    of shards (``shard_set``). The ledger names the newest as the last qualified digest and
+    lists the kernel files changed since."""
+    whole = [(p, r) for p, r in records if passes_suite(r, suite, tool)]
+    if tool is not None or suite != SPLIT_SUITE:
+        return whole
+    order = {p: i for i, (p, _) in enumerate(records)}
+    lasts = set()
+    for digest in {_digest(r, "kernel") for _, r in records if r.get("arguments", {}).get("shard")}:
+        paths = shard_set(records, suite, str(digest))
+        if paths:
+            lasts.add(max(paths, key=order.__getitem__))
+    whole_paths = {p for p, _ in whole}
+    return [(p, r) for p, r in records if p in whole_paths or p in lasts]
+
+
 def seed_parts(records: list[tuple[Path, dict]], suite: str, digest: str
                ) -> dict[tuple[str, str | None], Path | None]:
     """Every part of the seed suite ``suite`` (``tests.harness.seed_suite.plan``: ``single``,
@@ -261,10 +280,11 @@ def check_ledger(root: Path) -> LedgerResult:
         if partial:
             lines.append(f"ledger: {label}: passing shards of this digest: {', '.join(partial)} "
                          "(every shard of one count is needed)")
-        if not passing:
+        qualified = qualifying(records, req.suite, req.tool)
+        if not qualified:
             lines.append(f"ledger: {label}: no passing '{label}' record exists at all")
             continue
-        last_path, last = passing[-1]
+        last_path, last = qualified[-1]
         old = last.get("source_hashes", {}).get("kernel", {})
         lines.append(f"ledger: {label}: last qualified digest {str(old.get('digest'))[:16]} "
                      f"({last_path.relative_to(root)}); kernel files changed since:")

@@ -401,3 +401,20 @@ def test_seed_parts_count_together_only_on_one_version_of_the_tests(repo: Path) 
     assert "not qualified" in line and "mega_sm107-single" in line  # newest tests: p2 only
     record(repo, "p3.json", *SEED_PARTS[:2])
     assert _seed_line(repo).endswith(f"{LEDGER_DIR}/p2.json, {LEDGER_DIR}/p3.json")
+
+
+def test_the_change_list_compares_with_the_latest_digest_qualified_in_shards(
+        repo: Path) -> None:
+    """A complete shard set qualifies its digest, so the files named as changed are those
+    since that digest, not since the last whole single record before it."""
+    record(repo, "a.json", "single")
+    (repo / "megamoe" / "layer.py").write_text("LAYER = 2\n")
+    record(repo, "b1.json", "single", shard="1/2")
+    record(repo, "b2.json", "single", shard="2/2")
+    (repo / "megamoe" / "staging" / "route_kernel.py").write_text("KERNEL = 3\n")
+    record(repo, "c1.json", "single", shard="1/2")  # an incomplete set qualifies nothing
+    (repo / "megamoe" / "staging" / "route_kernel.py").write_text("KERNEL = 4\n")
+    lines = check_ledger(repo).lines
+    assert "  M megamoe/staging/route_kernel.py" in lines
+    assert "  M megamoe/layer.py" not in lines, lines
+    assert any("last qualified digest" in line and "b2.json" in line for line in lines), lines
