@@ -56,6 +56,11 @@ class QualifyArgs:
     parts: tuple[str, ...] | None = None
     """``--parts`` of a seed suite (``tests.harness.seed_suite.PARTS``), or None: every part.
     The ledger's seed-suite lines join parts run in several records (``ledger.seed_parts``)."""
+    wall_budget: float | None = None
+    """``--wall-budget``: seconds for the whole run, or None: no bound but ``--timeout``'s.
+    Every suite and phase gets at most what is left of it (``suite_run.within_budget``), so
+    a run inside a device call of fixed length ends, writes its record and leaves its logs
+    before the call is cut off."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -76,6 +81,7 @@ class QualifyArgs:
             "moe_backend": self.moe_backend,
             "sanitizers_beside": self.sanitizers_beside,
             "parts": list(self.parts) if self.parts is not None else None,
+            "wall_budget": self.wall_budget,
         }
 
 
@@ -108,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--filter", help="pytest -k expression (recorded)")
     ap.add_argument("--timeout", type=float, help="seconds per suite; expiry kills the process "
                     "group (SIGTERM, then SIGKILL) and exits 124")
+    ap.add_argument("--wall-budget", type=float, metavar="S",
+                    help="seconds for the whole run: each suite (and each phase of a split "
+                    "suite, and the sanitizer tools beside one) is cut to what is left of it "
+                    "and times out there, so that the record and logs are written before a "
+                    "caller's own limit (a device call's) ends the process (default: none)")
     ap.add_argument("--sanitizer-tool", choices=SANITIZER_TOOLS,
                     help="tool for --suite sanitize, or for --suite multi: the multi tier's "
                     "designated cases with every rank's process under the tool (all four when "
@@ -155,6 +166,8 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
             ap.error(f"--suite sanitize needs --sanitizer-tool ({'|'.join(SANITIZER_TOOLS)})")
     if ns.timeout is not None and ns.timeout <= 0:
         ap.error(f"--timeout must be > 0 seconds, got {ns.timeout}")
+    if ns.wall_budget is not None and ns.wall_budget <= 0:
+        ap.error(f"--wall-budget must be > 0 seconds, got {ns.wall_budget}")
     if ns.workers < 1:
         ap.error(f"--workers must be >= 1, got {ns.workers}")
     shard = None
@@ -192,4 +205,5 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
         parts = tuple(p for p in SEED_PARTS if p in parts)
     return QualifyArgs(ns.suite, ns.output_dir, ns.world_size, ns.mode, ns.filter, ns.timeout,
                        ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers, shard,
-                       ns.backend, ns.mutants, tiers, ns.moe_backend, ns.sanitizers_beside, parts)
+                       ns.backend, ns.mutants, tiers, ns.moe_backend, ns.sanitizers_beside, parts,
+                       ns.wall_budget)

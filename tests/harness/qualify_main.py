@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -49,6 +50,7 @@ from tests.harness.suite_run import (
     run_mutants,
     run_pytest_suite,
     run_sanitize,
+    within_budget,
 )
 from tests.harness.worlds import check_world, resolve_backend, resolve_mode
 from tests.suites import (
@@ -241,6 +243,7 @@ def main(
     """Entry point; ``root``/``suites``/``coverage``/``environment``/``neighbour_watch`` are
     injectable for tests."""
     args = parse_args(argv)
+    deadline = None if args.wall_budget is None else time.monotonic() + args.wall_budget
     if args.check_ledger:
         result = check_ledger(root)
         print("\n".join(result.lines))
@@ -274,10 +277,11 @@ def main(
         return EXIT_PREFLIGHT
     ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size,
                      args.mode or "", neighbour_watch, args.workers, args.shard,
-                     args.backend or "", args.mutants, args.mutant_tiers)
+                     args.backend or "", args.mutants, args.mutant_tiers, deadline=deadline)
     with terminate_groups_on_signals(), moe_backend_env(str(args.moe_backend)):
         runs = execute(plan, lambda name, tool, beside=None: run_one(
-            name, tool, dataclasses.replace(ctx, beside=beside), suites, coverage),
+            name, tool, within_budget(dataclasses.replace(ctx, beside=beside)), suites,
+            coverage),
             args.sanitizers_beside)
     status = overall_status(runs)
     final = {**record, "status": status, "finished_at": utc_now(),

@@ -72,6 +72,25 @@ class RunContext:
     beside: Callable[[], object] | None = None
     """Work to run beside an exclusive suite's xdist phase (``--sanitizers-beside``: the
     sanitizer tools); ``run_split`` starts it with that phase and waits for it."""
+    deadline: float | None = None
+    """``--wall-budget``'s end on ``time.monotonic()``'s clock, or None (``within_budget``)."""
+
+
+MIN_SUITE_TIMEOUT_S = 1.0
+"""The least timeout a suite or phase is given, even when the budget is spent: it then
+starts, times out at once and is recorded as a timeout, never left out."""
+
+
+def within_budget(ctx: RunContext) -> RunContext:
+    """``ctx`` with its ``timeout`` cut to what is left of the wall budget (``deadline``),
+    at least ``MIN_SUITE_TIMEOUT_S``; unchanged without a deadline. Applied as each suite
+    and each phase starts, so ``timeout`` is the bound that run really had (its record's
+    TIMEOUT message names it)."""
+    if ctx.deadline is None:
+        return ctx
+    left = max(MIN_SUITE_TIMEOUT_S, ctx.deadline - time.monotonic())
+    timeout = left if ctx.timeout is None else min(ctx.timeout, left)
+    return dataclasses.replace(ctx, timeout=round(timeout, 3))
 
 
 @dataclass(frozen=True)
@@ -185,7 +204,8 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
     With ``ctx.beside`` (``--sanitizers-beside``) that work starts with the xdist phase,
     which holds no timing test, and the one-process phase waits for it: the GPU is the
     suite's alone from then on, and the neighbour watch covers that phase only. The time
-    spent waiting for it does not count against ``--timeout``."""
+    spent waiting for it does not count against ``--timeout``; it does against the wall
+    budget (``within_budget``), which bounds every phase and the work beside."""
     label = label or suite.name
     watch = None if ctx.beside else _watch(suite, ctx)
     t0 = time.monotonic()
@@ -196,8 +216,8 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
     names = tuple(name for name, _, _ in phases)
     for name, mark, extra in phases:
         spent = time.monotonic() - t0 - waited
-        left = None if ctx.timeout is None else max(1.0, ctx.timeout - spent)
-        sub = dataclasses.replace(ctx, timeout=left, workers=1, beside=None)
+        left = None if ctx.timeout is None else max(MIN_SUITE_TIMEOUT_S, ctx.timeout - spent)
+        sub = within_budget(dataclasses.replace(ctx, timeout=left, workers=1, beside=None))
         phase = _phase(suite, mark, extra)
         if name == "parallel" and ctx.beside is not None:
             with ThreadPoolExecutor(max_workers=1) as pool:
