@@ -290,3 +290,34 @@ def test_a_device_script_beside_another_stops_at_once_naming_the_lock(tmp_path,
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert f"another device script holds the GPU (lock {lock};" in proc.stderr
     assert not ran.exists() and not any(out.iterdir())
+
+
+def _budget(out: Path) -> list[float]:
+    return [float(argv[argv.index("--wall-budget") + 1]) for argv in
+            (json.loads(rec.read_text())["argv"] for rec in (out / "records").iterdir())]
+
+
+@pytest.mark.parametrize(("what", "tool"), [("single", None), ("sanitize", None),
+                                            ("multi", "2"), ("gpu", "1/3"),
+                                            ("seed", "mega_sm107")])
+def test_every_run_is_bounded_to_end_inside_the_device_call(tmp_path, what, tool) -> None:
+    """``--wall-budget``: at most the call's 600 s less the prelude's unpacking and the copy
+    back, so that a run past it still writes its record and its logs come back."""
+    rc, out = _run(tmp_path, what, tool=tool)
+    budgets = _budget(out)
+    assert rc == 0 and budgets
+    assert all(480 < b <= DEVICE_CALL_LIMIT_S - PRELUDE_AND_COPY_S for b in budgets), budgets
+
+
+def test_runs_sharing_one_call_share_its_end(tmp_path) -> None:
+    """``MEGAMOE_CALL_END`` (epoch seconds), exported once for several runs in one call: each
+    gets what is left of it, and a run started past it gets 1 s (it times out at once)."""
+    import time
+
+    rc, out = _run(tmp_path, "multi", tool="2", out_name="near",
+                   env_extra={"MEGAMOE_CALL_END": str(int(time.time()) + 100)})
+    (budget,) = _budget(out)
+    assert rc == 0 and 80 <= budget <= 100
+    rc, out = _run(tmp_path, "multi", tool="2", out_name="past",
+                   env_extra={"MEGAMOE_CALL_END": str(int(time.time()) - 50)})
+    assert rc == 0 and _budget(out) == [1.0]
