@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["tests.harness.backend_plugin"]
+pytest_plugins = ["tests.harness.backend_plugin", "tests.harness.compile_clock"]
 
 _SLOW_CHECKS = [HealthCheck.too_slow, HealthCheck.data_too_large]
 

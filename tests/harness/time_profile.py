@@ -5,7 +5,9 @@ times, the slowest tests and the modules that took longest (``time_profile``), a
 phase's wall time. So every GPU run also measures where the time goes (what the goal of a
 full single-GPU verdict in a few minutes is judged on): which modules and which first uses
 of a kernel (compilation happens inside the first test that launches it) dominate, and how
-far the sum of test times is above the wall time (how well the workers overlap).
+far the sum of test times is above the wall time (how well the workers overlap). Where
+the tests report it (``tests.harness.compile_clock``: the JUnit properties ``compile_s`` and
+``compiles``), it also sums the seconds spent compiling kernels, in all and per module.
 
 pytest writes each test's setup, call and teardown seconds as one ``time`` attribute; a
 test without one counts 0. ``python -m tests.harness.time_profile REPORT.xml ...`` prints
@@ -22,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.harness.compile_clock import COMPILE_S, COMPILES
 from tests.harness.junit import case_id, case_module
 
 SLOWEST = 25
@@ -40,6 +43,12 @@ class TimeProfile:
     """(test id, seconds), longest first, at most ``SLOWEST``."""
     modules: tuple[tuple[str, float, int], ...]
     """(module, seconds, tests), longest first, at most ``MODULES``."""
+    clocked: int = 0
+    """How many tests reported their compile time (``compile_clock``)."""
+    compile_s: float = 0.0
+    """Seconds those tests spent compiling kernels."""
+    compile_modules: tuple[tuple[str, float, int], ...] = ()
+    """(module, compile seconds, compiles), longest first, at most ``MODULES``."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -47,6 +56,10 @@ class TimeProfile:
             "tests_s": self.tests_s,
             "slowest": [{"test": t, "s": s} for t, s in self.slowest],
             "modules": [{"module": m, "s": s, "tests": n} for m, s, n in self.modules],
+            "clocked": self.clocked,
+            "compile_s": self.compile_s,
+            "compile_modules": [{"module": m, "s": s, "compiles": n}
+                                for m, s, n in self.compile_modules],
         }
 
 
@@ -57,12 +70,24 @@ def _seconds(case: ET.Element) -> float:
         return 0.0
 
 
+def _compile_clock(case: ET.Element) -> tuple[float, int] | None:
+    """(seconds, calls) of the case's ``compile_clock`` properties, or None without them."""
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    if COMPILE_S not in props:
+        return None
+    try:
+        return max(0.0, float(props[COMPILE_S] or 0)), int(props.get(COMPILES) or 0)
+    except ValueError:
+        return None
+
+
 def time_profile(paths: Iterable[Path], slowest: int = SLOWEST,
                  modules: int = MODULES) -> TimeProfile:
     """The profile over every test case of ``paths`` (reports that do not exist are
     skipped: a phase that timed out may have written none)."""
     times: list[tuple[str, float]] = []
     per_module: dict[str, list[float]] = defaultdict(list)
+    compiling: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for path in paths:
         if not Path(path).exists():
             continue
@@ -70,12 +95,20 @@ def time_profile(paths: Iterable[Path], slowest: int = SLOWEST,
             s = _seconds(case)
             times.append((case_id(case), s))
             per_module[case_module(case)].append(s)
+            clock = _compile_clock(case)
+            if clock is not None:
+                compiling[case_module(case)].append(clock)
     longest = sorted(times, key=lambda t: (-t[1], t[0]))[:slowest]
     mods = sorted(((m, sum(v), len(v)) for m, v in per_module.items()),
                   key=lambda t: (-t[1], t[0]))[:modules]
+    compile_mods = sorted(((m, sum(s for s, _ in v), sum(n for _, n in v))
+                           for m, v in compiling.items()), key=lambda t: (-t[1], t[0]))
     return TimeProfile(len(times), round(sum(s for _, s in times), 3),
                        tuple((t, round(s, 3)) for t, s in longest),
-                       tuple((m, round(s, 3), n) for m, s, n in mods))
+                       tuple((m, round(s, 3), n) for m, s, n in mods),
+                       sum(len(v) for v in compiling.values()),
+                       round(sum(s for _, s, _ in compile_mods), 3),
+                       tuple((m, round(s, 3), n) for m, s, n in compile_mods[:modules]))
 
 
 def format_profile(profile: TimeProfile, wall_s: float | None = None) -> str:
@@ -85,6 +118,10 @@ def format_profile(profile: TimeProfile, wall_s: float | None = None) -> str:
         head += f" in {wall_s:.1f} s of wall time ({profile.tests_s / wall_s:.1f}x)"
     lines = [head, "", "modules (s, tests):"]
     lines += [f"  {s:9.1f}  {n:5d}  {m}" for m, s, n in profile.modules]
+    if profile.clocked:
+        lines += ["", f"compiling kernels: {profile.compile_s:.1f} s in {profile.clocked} "
+                  "tests that report it; modules (s, compiles):"]
+        lines += [f"  {s:9.1f}  {n:5d}  {m}" for m, s, n in profile.compile_modules]
     lines += ["", "slowest tests (s):"]
     lines += [f"  {s:9.1f}  {t}" for t, s in profile.slowest]
     return "\n".join(lines)
