@@ -388,6 +388,7 @@ def run_multi(suite: Suite, ctx: RunContext,
     planted = None
     if sanitizer is not None:
         planted = _planted_case(sanitizer[0], sanitizer[1], ctx, ctx.out_dir / label)
+        ctx = within_budget(ctx)  # the world gets what the self-test left of the budget
     cmd = torchrun_command(suite, ctx, prefix,
                            None if sanitizer is None else (str(tool), sanitizer[1]))
     watch = _watch(suite, ctx) if ctx.mode != "cpu" else None
