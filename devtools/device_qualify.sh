@@ -48,6 +48,8 @@ set -u
 : "${MEGAMOE_CALL_END:=$(( $(date +%s) + 570 ))}"
 # seconds left until MEGAMOE_CALL_END, at least 1 (a run past it starts, and times out at once)
 budget() { local left=$(( MEGAMOE_CALL_END - $(date +%s) )); echo $(( left > 1 ? left : 1 )); }
+# qualify.py under what is left of the call
+qualify() { python3 qualify.py --wall-budget "$(budget)" "$@"; }
 what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P [PARTS]] | gpu [I/N]}
 source "$(dirname "$0")/gpu_lock.sh"  # one device script at a time (exit 3 beside another)
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
@@ -61,7 +63,7 @@ case "$what" in
   single)
     shard=()
     if [ -n "${2:-}" ]; then shard=(--shard "$2"); fi
-    python3 qualify.py --wall-budget "$(budget)" --suite single --require-arch sm_90 --workers "${MEGAMOE_SINGLE_WORKERS:-12}" \
+    qualify --suite single --require-arch sm_90 --workers "${MEGAMOE_SINGLE_WORKERS:-12}" \
       --timeout "${MEGAMOE_SINGLE_TIMEOUT:-560}" "${shard[@]}" \
       --output-dir "$Q/single" > "$Q/single.log" 2>&1
     echo "single ${2:-} rc=$?" >> "$Q/rc.txt"
@@ -73,7 +75,7 @@ case "$what" in
       case " $tools " in *" $2 "*) tools=$2 ;; *) echo "unknown tool: $2 (one of: $tools)"; exit 2 ;; esac
     fi
     for t in $tools; do
-      (python3 qualify.py --wall-budget "$(budget)" --suite sanitize --sanitizer-tool "$t" --require-arch sm_90 \
+      (qualify --suite sanitize --sanitizer-tool "$t" --require-arch sm_90 \
          --timeout "${MEGAMOE_SANITIZE_TIMEOUT:-420}" --output-dir "$Q/san-$t" > "$Q/san-$t.log" 2>&1
        echo "$t rc=$?" >> "$Q/rc.txt") &
     done
@@ -84,7 +86,7 @@ case "$what" in
     tool=()
     label="multi$p"
     if [ -n "${3:-}" ]; then tool=(--sanitizer-tool "$3"); label="multi$p-$3"; fi
-    python3 qualify.py --wall-budget "$(budget)" --suite multi --world-size "$p" "${tool[@]}" --require-arch sm_90 \
+    qualify --suite multi --world-size "$p" "${tool[@]}" --require-arch sm_90 \
       --timeout "${MEGAMOE_MULTI_TIMEOUT:-560}" --output-dir "$Q/$label" > "$Q/$label.log" 2>&1
     echo "$label rc=$?" >> "$Q/rc.txt"
     tag=$label ;;
@@ -92,14 +94,14 @@ case "$what" in
     name=${2:?usage: seed mega_sm107|mega_sm90_mxfp4 [P [PARTS]]}
     parts=()
     if [ -n "${4:-}" ]; then parts=(--parts "$4"); fi
-    python3 qualify.py --wall-budget "$(budget)" --suite "$name" --world-size "${3:-2}" "${parts[@]}" --require-arch sm_90 \
+    qualify --suite "$name" --world-size "${3:-2}" "${parts[@]}" --require-arch sm_90 \
       --timeout "${MEGAMOE_SEED_TIMEOUT:-500}" --output-dir "$Q/$name" > "$Q/$name.log" 2>&1
     echo "$name rc=$?" >> "$Q/rc.txt"
     tag=$name${4:+-${4//,/-}} ;;
   gpu)
     shard=()
     if [ -n "${2:-}" ]; then shard=(--shard "$2"); fi
-    python3 qualify.py --wall-budget "$(budget)" --suite gpu --sanitizers-beside --require-arch sm_90 \
+    qualify --suite gpu --sanitizers-beside --require-arch sm_90 \
       --workers "${MEGAMOE_SINGLE_WORKERS:-12}" --timeout "${MEGAMOE_GPU_TIMEOUT:-560}" \
       "${shard[@]}" --output-dir "$Q/gpu" > "$Q/gpu.log" 2>&1
     echo "gpu ${2:-} rc=$?" >> "$Q/rc.txt"

@@ -23,10 +23,8 @@ from dataclasses import dataclass
 
 import pytest
 
-COMPILE_S = "compile_s"
-"""The JUnit property: seconds the test spent inside ``cute.compile``."""
-COMPILES = "compiles"
-"""The JUnit property: how many times the test called ``cute.compile``."""
+from tests.harness.time_profile import COMPILE_S, COMPILES
+
 DSL_MODULE = "cutlass.cute"
 
 

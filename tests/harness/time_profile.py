@@ -24,9 +24,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.compile_clock import COMPILE_S, COMPILES
 from tests.harness.junit import case_id, case_module
 
+COMPILE_S = "compile_s"
+"""The JUnit property ``compile_clock`` writes: seconds the test spent inside ``cute.compile``
+(defined here, where it is read, so that reading a report never imports pytest)."""
+COMPILES = "compiles"
+"""The JUnit property ``compile_clock`` writes: how many times the test called
+``cute.compile``."""
 SLOWEST = 25
 """How many of the slowest tests a record keeps."""
 MODULES = 20

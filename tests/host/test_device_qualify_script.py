@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -312,8 +313,6 @@ def test_every_run_is_bounded_to_end_inside_the_device_call(tmp_path, what, tool
 def test_runs_sharing_one_call_share_its_end(tmp_path) -> None:
     """``MEGAMOE_CALL_END`` (epoch seconds), exported once for several runs in one call: each
     gets what is left of it, and a run started past it gets 1 s (it times out at once)."""
-    import time
-
     rc, out = _run(tmp_path, "multi", tool="2", out_name="near",
                    env_extra={"MEGAMOE_CALL_END": str(int(time.time()) + 100)})
     (budget,) = _budget(out)
