@@ -18,8 +18,8 @@
 #   default 560: the whole suite may not fit one device call, the record's time_profile
 #   still says where the time went); "gpu 1/3": shard 1 of 3 of `single` with the four tools
 #   whole beside it, then "single 2/3" and "single 3/3": single and sanitize in three calls
-#   (on an H100, 2026-12-05, "gpu 1/3" ran past 600 s while "single 1/3" took 312 s and
-#   "sanitize" about 313 s: run single's shards and sanitize in calls of their own)
+#   (slower than the two apart, docs/engineering-notes.md "Qualification time": run single's
+#   shards and sanitize in calls of their own)
 # A call returns at most 8 files from $OUT; qualify.py writes one log and one JUnit report
 # per suite or sanitized case (the sanitize suite about 25 per tool), so everything is
 # written under /tmp and $OUT gets: records/<suggested_record_name> (the records to commit
