@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 
+class CompileDuringCaptureError(RuntimeError):
+    """A kernel would be compiled (or a workspace allocated) while a CUDA graph is being
+    captured: call the named warmup before capture (docs/contract.md s9)."""
+
+
 class ConfigError(ValueError):
     """A metadata check failed (shape, dtype, device, capacity, alignment, limits).
 

@@ -15,6 +15,10 @@ import torch
 from megamoe.errors import ConfigError
 from megamoe.workspace import StagingWorkspace
 
+I32_LIMIT = 2**31 - 1
+"""The largest element (or word) offset the kernels index with an Int32: every launcher checks
+its tensors' spans against it before launching (a larger one would wrap silently)."""
+
 ID_DTYPES = (torch.int32, torch.int64)
 SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 MX_PAYLOAD_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
@@ -68,7 +72,7 @@ def validate_stage_inputs(
     h = _tensor("hidden", hidden)
     if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1:
         raise ConfigError("num_experts", "an int >= 1", repr(num_experts))
-    if num_experts > 2**31 - 1:
+    if num_experts > I32_LIMIT:
         raise ConfigError("num_experts", "at most 2**31 - 1", num_experts)
     if ids.dim() != 2:
         raise ConfigError("topk_ids", "a 2-D tensor [T, K]", f"shape {tuple(ids.shape)}")

@@ -15,6 +15,7 @@ here at warmup and at graph capture (``check_routes``; see ``megamoe.route_check
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -22,6 +23,10 @@ import torch
 from megamoe.errors import ConfigError
 
 REGION_ALIGN = 16
+"""Byte alignment of every region of a workspace (staging, layout, symmetric)."""
+GUARD_BYTES = 64
+"""Bytes a workspace leaves before, between and after its regions, which no call writes:
+the tests fill them and check they survive (a stray write past a region shows there)."""
 
 FORMAT_KINDS = ("bf16", "mxfp8", "mxfp8_prequant", "nvfp4", "nvfp4_prequant", "safe_fp8")
 MX_ELEMS = ("e4m3", "e5m2")
@@ -115,6 +120,29 @@ class Region:
         return n
 
 
+def pack_regions(specs: Sequence[tuple[str, torch.dtype, tuple]],
+                 guard_bytes: int) -> tuple[dict[str, Region], int]:
+    """Lay ``(name, dtype, shape)`` regions out in one byte buffer, in order: each starts
+    ``REGION_ALIGN``-aligned, with ``guard_bytes`` before the first, between two and after
+    the last. Returns the regions and the buffer's size (a multiple of ``REGION_ALIGN``).
+    The staging, layout and symmetric workspaces are laid out by it."""
+    regions: dict[str, Region] = {}
+    offset = guard_bytes
+    for name, dtype, shape in specs:
+        r = Region(name, _ceil_to(offset, REGION_ALIGN), dtype, tuple(shape))
+        regions[name] = r
+        offset = r.offset + r.nbytes + guard_bytes
+    return regions, _ceil_to(offset, REGION_ALIGN)
+
+
+def region_mask(regions: Iterable[Region], nbytes: int, device: torch.device) -> torch.Tensor:
+    """Bool over ``nbytes`` buffer bytes: True inside one of ``regions`` (may be written)."""
+    mask = torch.zeros(nbytes, dtype=torch.bool, device=device)
+    for r in regions:
+        mask[r.offset : r.offset + r.nbytes] = True
+    return mask
+
+
 @dataclass
 class StagingWorkspace:
     """One rank's staging workspace. Build with :meth:`create`.
@@ -173,13 +201,8 @@ class StagingWorkspace:
             ("bad_score", torch.float64, (capacity,)),
             ("status", torch.int32, (1,)),
         ]
-        regions: dict[str, Region] = {}
-        offset = guard_bytes
-        for name, dt, shape in specs:
-            r = Region(name, offset, dt, tuple(shape))
-            regions[name] = r
-            offset = _ceil_to(offset + r.nbytes, REGION_ALIGN) + guard_bytes
-        buffer = torch.zeros(offset, dtype=torch.uint8, device=device)
+        regions, nbytes = pack_regions(specs, guard_bytes)
+        buffer = torch.zeros(nbytes, dtype=torch.uint8, device=device)
         ws = cls(capacity, top_k, hidden_size, fmt, buffer, regions, guard_bytes)
         for name, r in regions.items():
             ws._views[name] = buffer[r.offset : r.offset + r.nbytes].view(r.dtype).view(r.shape)
@@ -211,7 +234,4 @@ class StagingWorkspace:
 
     def region_mask(self) -> torch.Tensor:
         """Bool mask over the buffer bytes: True inside a region (may be written)."""
-        mask = torch.zeros(self.buffer.numel(), dtype=torch.bool, device=self.buffer.device)
-        for r in self.regions.values():
-            mask[r.offset : r.offset + r.nbytes] = True
-        return mask
+        return region_mask(self.regions.values(), self.buffer.numel(), self.buffer.device)

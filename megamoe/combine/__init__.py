@@ -5,11 +5,11 @@ from megamoe.combine.api import (
     PLAN_SCALAR,
     PLAN_TORCH,
     PLAN_WIDE,
-    CompileDuringCaptureError,
     combine_plan,
     masked_combine,
     warmup,
 )
+from megamoe.errors import CompileDuringCaptureError
 
 __all__ = [
     "PLAN_SCALAR",

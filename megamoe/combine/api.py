@@ -20,20 +20,16 @@ from __future__ import annotations
 
 import torch
 
+from megamoe.compile_once import compile_once
 from megamoe.errors import ConfigError
+from megamoe.validation import I32_LIMIT, ID_DTYPES
 
-ID_DTYPES = (torch.int32, torch.int64)
 MASKED_ID = -1
 VEC_WIDE = 8  # = megamoe.combine.combine_kernel.VEC_WIDE (checked by tests)
 THREADS = 256  # = megamoe.combine.combine_kernel.THREADS
 PLAN_WIDE = "kernel_v8"
 PLAN_SCALAR = "kernel_v1"
 PLAN_TORCH = "torch"
-_I32_LIMIT = 2**31 - 1
-
-
-class CompileDuringCaptureError(RuntimeError):
-    """A combine kernel would be compiled while a CUDA graph is being captured."""
 
 
 def _check(terms, ids, out, num_tokens) -> None:
@@ -71,7 +67,7 @@ def _check(terms, ids, out, num_tokens) -> None:
 def _fits(t: torch.Tensor) -> bool:
     return all(s >= 0 for s in t.stride()) and sum(
         (d - 1) * s for d, s in zip(t.shape, t.stride(), strict=True)
-    ) <= _I32_LIMIT
+    ) <= I32_LIMIT
 
 
 def combine_plan(terms, ids, out, num_tokens) -> str:
@@ -80,7 +76,7 @@ def combine_plan(terms, ids, out, num_tokens) -> str:
     if terms.device.type != "cuda":
         return PLAN_TORCH
     hidden = terms.shape[2]
-    if not (_fits(terms) and _fits(ids) and _fits(out)) or num_tokens * hidden > _I32_LIMIT:
+    if not (_fits(terms) and _fits(ids) and _fits(out)) or num_tokens * hidden > I32_LIMIT:
         return PLAN_TORCH
     wide = (
         hidden % VEC_WIDE == 0
@@ -97,19 +93,14 @@ _COMPILED: dict[tuple[int, str, int], object] = {}
 def _compiled(vec: int, id_dtype: torch.dtype, device: torch.device):
     name = "int32" if id_dtype == torch.int32 else "int64"
     key = (vec, name, device.index if device.index is not None else 0)
-    hit = _COMPILED.get(key)
-    if hit is None:
-        if torch.cuda.is_current_stream_capturing():
-            raise CompileDuringCaptureError(
-                f"masked_combine kernel (vec={vec}, ids {name}) is not compiled and a CUDA "
-                "graph is being captured: call megamoe.combine.warmup(...) before capture "
-                "(docs/contract.md s9)"
-            )
+
+    def build():  # type: ignore[no-untyped-def]
         from megamoe.combine import combine_kernel
 
-        hit = combine_kernel.compile_combine(vec, name)
-        _COMPILED[key] = hit
-    return hit
+        return combine_kernel.compile_combine(vec, name)
+
+    return compile_once(_COMPILED, key, build, what=f"masked_combine kernel (vec={vec}, ids "
+                        f"{name})", warmup="megamoe.combine.warmup(...)")
 
 
 def warmup(device: torch.device | str, id_dtypes=ID_DTYPES) -> None:

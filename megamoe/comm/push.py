@@ -18,33 +18,27 @@ from __future__ import annotations
 import torch
 
 from megamoe.comm.symmetric_workspace import SymmetricWorkspace
+from megamoe.compile_once import compile_once
 from megamoe.errors import ConfigError
 from megamoe.experts import api as _gemm
-from megamoe.staging.compile_cache import CompileDuringCaptureError
+from megamoe.validation import I32_LIMIT
 
 PATH_KERNEL = "kernel"
 PATH_TORCH = "torch"
 THREADS = 128  # = push_kernel.THREADS
 MAX_BLOCKS = 2048  # = push_kernel.MAX_BLOCKS
-_I32_LIMIT = 2**31 - 1
 _CACHE: dict[tuple[int, str], object] = {}
 
 
 def _compiled(unit: int, device: torch.device):
-    key = (unit, str(device))
-    hit = _CACHE.get(key)
-    if hit is None:
-        if torch.cuda.is_current_stream_capturing():
-            raise CompileDuringCaptureError(
-                f"peer push (unit {unit}) on {device} is not compiled and a CUDA graph is being "
-                "captured: call megamoe.comm.push.warmup(device) before capture "
-                "(docs/contract.md s9)")
+    def build():  # type: ignore[no-untyped-def]
         from megamoe.comm.push_kernel import compile_push
 
-        with torch.cuda.device(device):
-            hit = compile_push(unit)
-        _CACHE[key] = hit
-    return hit
+        return compile_push(unit)
+
+    return compile_once(_CACHE, (unit, str(device)), build,
+                        what=f"peer push (unit {unit}) on {device}",
+                        warmup="megamoe.comm.push.warmup(device)", device=device)
 
 
 def warmup(device: torch.device | str) -> None:
@@ -90,12 +84,12 @@ def kernel_plan(src: torch.Tensor, ws: SymmetricWorkspace, region: str) -> int:
         return 0
     es = src.element_size()
     dst = ws.local(region)
-    if src.shape[0] * src.stride(0) * es // 4 > _I32_LIMIT or src.data_ptr() % 4:
+    if src.shape[0] * src.stride(0) * es // 4 > I32_LIMIT or src.data_ptr() % 4:
         return 0
-    bases = [src.data_ptr(), *(ws.peer(region, r).data_ptr() for r in range(ws.world.size))]
     strides = (src.stride(0) * es, dst.stride(0) * dst.element_size())
     row_bytes = src.shape[1] * es
-    if all(b % 16 == 0 for b in bases) and all(s % 16 == 0 for s in (*strides, row_bytes)):
+    if (src.data_ptr() % 16 == 0 and ws.peer_alignment(region) % 16 == 0
+            and all(s % 16 == 0 for s in (*strides, row_bytes))):
         return 4
     return 1 if all(s % 4 == 0 for s in strides) else 0
 

@@ -24,9 +24,9 @@ import time
 import torch
 
 from megamoe.comm.symmetric_workspace import SymmetricWorkspace
+from megamoe.compile_once import compile_once
 from megamoe.errors import CommTimeoutError, ConfigError
 from megamoe.experts import api as _gemm
-from megamoe.staging.compile_cache import CompileDuringCaptureError
 
 STATUS_WORDS = 4  # = signal_kernel.STATUS_WORDS
 STATUS_OK = 0  # = signal_kernel.STATUS_OK
@@ -38,19 +38,13 @@ _CACHE: dict[str, object] = {}
 
 
 def _compiled(device: torch.device):
-    key = str(device)
-    hit = _CACHE.get(key)
-    if hit is None:
-        if torch.cuda.is_current_stream_capturing():
-            raise CompileDuringCaptureError(
-                f"step signal on {device} is not compiled and a CUDA graph is being captured: "
-                "call megamoe.comm.signal.warmup(device) before capture (docs/contract.md s9)")
+    def build():  # type: ignore[no-untyped-def]
         from megamoe.comm.signal_kernel import compile_signal
 
-        with torch.cuda.device(device):
-            hit = compile_signal()
-        _CACHE[key] = hit
-    return hit
+        return compile_signal()
+
+    return compile_once(_CACHE, str(device), build, what=f"step signal on {device}",
+                        warmup="megamoe.comm.signal.warmup(device)", device=device)
 
 
 def warmup(device: torch.device | str) -> None:

@@ -16,7 +16,9 @@ One CTA of ``THREADS`` threads; ``table[d]`` is the address of rank d's flag wor
    peer costs one timeout, not one per step), thread ``t`` waits on its own flags of ranks
    ``t, t + THREADS, ...`` with ``ld.acquire.sys`` until each holds at least ``e`` (a peer
    may already be one step ahead), sleeping ``SLEEP_NS`` between polls, at most
-   ``timeout_ns`` by ``%globaltimer``. A wait that expires sets the status word from 0 to
+   ``timeout_ns`` by ``%globaltimer`` (``elapsed_ns``: the time between two close readings,
+   across a wrap of the low word, and none when the timer reads earlier than before). A wait
+   that expires sets the status word from 0 to
    ``STATUS_TIMEOUT`` (compare-and-swap: the first failure is kept) and writes the step,
    the missing peer and ``e`` beside it;
 4. after a CTA barrier thread 0 stores ``e`` into ``epoch``.
@@ -27,8 +29,8 @@ rank takes part in every forward). The kernels after this one read what the peer
 (their ``await_inputs`` holds them until this kernel completes).
 """
 
-from __future__ import annotations
-
+# No "from __future__ import annotations": the DSL casts a launcher's arguments by their
+# annotations, and reads a string annotation as none (tests/host/test_dsl_annotations.py).
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -55,6 +57,15 @@ STATUS_TIMEOUT = 1
 _FAKE_ADDR = 1 << 20
 
 
+def elapsed_ns(now: Int32, last: Int32) -> Int64:
+    """Nanoseconds between two readings of ``%globaltimer_lo``: their difference modulo
+    2**32 read as signed (a wrap of the low word between them counts as the time it was),
+    and 0 when ``now`` reads earlier than ``last`` (read unsigned, such a reading would
+    count as 4.3 s). A gap over 2.1 s between two polls would also count 0 and lengthen the
+    wait: the bound only grows, never shrinks."""
+    return Int64(cutlass.max(now - last, Int32(0)))
+
+
 @cute.kernel
 def _signal_kernel(table_ptr: cute.Pointer, rank: Int32, size: Int32, epoch_ptr: cute.Pointer,
                    status_ptr: cute.Pointer, step: Int32, timeout_ns: Int64):
@@ -78,7 +89,7 @@ def _signal_kernel(table_ptr: cute.Pointer, rank: Int32, size: Int32, epoch_ptr:
             while (v - e < Int32(0)) & (waited < timeout_ns):
                 nanosleep(Int32(SLEEP_NS))
                 now = globaltimer_lo()
-                waited = waited + (Int64(now - last) & Int64(0xFFFFFFFF))
+                waited = waited + elapsed_ns(now, last)
                 last = now
                 v = load_acquire_sys(addr)
             # the CAS address is the status pointer's own: the same CAS through an address

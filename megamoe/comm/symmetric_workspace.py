@@ -13,6 +13,7 @@ it), which is all a kernel gets to reach a peer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,9 +21,7 @@ import torch
 
 from megamoe.comm.world import SymmetricBuffer, World
 from megamoe.errors import ConfigError
-
-REGION_ALIGN = 16
-GUARD_BYTES = 64
+from megamoe.workspace import GUARD_BYTES, REGION_ALIGN, pack_regions, region_mask
 
 
 @dataclass(frozen=True)
@@ -51,19 +50,19 @@ class SymmetricWorkspace:
         self.specs = {s.name: s for s in specs}
         if len(self.specs) != len(specs):
             raise ConfigError("specs", "distinct region names", [s.name for s in specs])
-        self.offsets: dict[str, int] = {}
-        offset = guard_bytes
-        for s in specs:
-            offset = -(-offset // REGION_ALIGN) * REGION_ALIGN
-            self.offsets[s.name] = offset
-            offset += s.nbytes + guard_bytes
-        self.buffer: SymmetricBuffer = world.allocate(offset)
+        self._regions, nbytes = pack_regions([(s.name, s.dtype, s.shape) for s in specs],
+                                             guard_bytes)
+        self.offsets = {n: r.offset for n, r in self._regions.items()}
+        self.buffer: SymmetricBuffer = world.allocate(nbytes)
         self._local = {n: self._typed(self.buffer.local, n) for n in self.specs}
         self._tables = {n: self.buffer.peer_ptrs + self.offsets[n] for n in self.specs}
+        bases = [self.buffer.peer(r).data_ptr() for r in range(world.size)]
+        self._peer_align = {n: math.gcd(*(b + off for b in bases), 1 << 12)
+                            for n, off in self.offsets.items()}
 
     def _typed(self, raw: torch.Tensor, name: str) -> torch.Tensor:
-        s, off = self.specs[name], self.offsets[name]
-        return raw[off : off + s.nbytes].view(s.dtype).view(s.shape)
+        r = self._regions[name]
+        return raw[r.offset : r.offset + r.nbytes].view(r.dtype).view(r.shape)
 
     def local(self, name: str) -> torch.Tensor:
         """This rank's copy of region ``name``."""
@@ -73,16 +72,18 @@ class SymmetricWorkspace:
         """Rank ``rank``'s copy of region ``name``, as this rank maps it."""
         return self._typed(self.buffer.peer(rank), name)
 
+    def peer_alignment(self, name: str) -> int:
+        """The largest power-of-two alignment (up to 4 KiB) of every rank's copy of region
+        ``name`` as this rank maps it (fixed for the workspace's life: computed once)."""
+        return self._peer_align[name]
+
     def table(self, name: str) -> torch.Tensor:
         """int64 ``[P]``: the address of every rank's copy of region ``name``."""
         return self._tables[name]
 
     def region_mask(self) -> torch.Tensor:
         """Bool over this rank's bytes: True inside a region (what a forward may write)."""
-        mask = torch.zeros(self.buffer.nbytes, dtype=torch.bool, device=self.buffer.local.device)
-        for n, s in self.specs.items():
-            mask[self.offsets[n] : self.offsets[n] + s.nbytes] = True
-        return mask
+        return region_mask(self._regions.values(), self.buffer.nbytes, self.buffer.local.device)
 
     def free(self) -> None:
         self._local.clear()

@@ -6,7 +6,6 @@ from megamoe.dispatch.api import (
     PATH_TORCH,
     PLAN_FOUR_LAUNCHES,
     PLAN_ONE_LAUNCH,
-    CompileDuringCaptureError,
     DispatchLayoutResult,
     LayoutShape,
     LayoutWorkspace,
@@ -14,6 +13,7 @@ from megamoe.dispatch.api import (
     kernel_plan,
     warmup,
 )
+from megamoe.errors import CompileDuringCaptureError
 
 __all__ = [
     "PATH_KERNEL",

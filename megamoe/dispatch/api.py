@@ -26,14 +26,15 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from megamoe.compile_once import capturing as _capturing
+from megamoe.compile_once import compile_once
 from megamoe.errors import ConfigError
+from megamoe.validation import I32_LIMIT
+from megamoe.workspace import GUARD_BYTES, pack_regions
 
 STAGED_ID_DTYPE = torch.int32
-REGION_ALIGN = 16
-GUARD_BYTES = 64
 PATH_KERNEL = "kernel"
 PATH_TORCH = "torch"
-_I32_LIMIT = 2**31 - 1
 
 # Kept in step with megamoe.dispatch.layout_kernel (imported lazily: that module needs the
 # CuTe DSL); tests check they agree.
@@ -133,22 +134,16 @@ class LayoutWorkspace:
             raise ConfigError("guard_bytes", "an int >= 0", guard_bytes)
         self.shape = shape
         self.device = _normalize_device(torch.device(device))
-        self._regions: dict[str, tuple[int, int, torch.dtype, tuple[int, ...]]] = {}
-        offset = guard_bytes
-        for name, dtype, dims in _region_specs(shape):
-            offset = (offset + REGION_ALIGN - 1) // REGION_ALIGN * REGION_ALIGN
-            nbytes = torch.Size(dims).numel() * torch.empty((), dtype=dtype).element_size()
-            self._regions[name] = (offset, nbytes, dtype, dims)
-            offset += nbytes + guard_bytes
-        self.buffer = torch.zeros(offset, dtype=torch.uint8, device=self.device)
+        self._regions, nbytes = pack_regions(_region_specs(shape), guard_bytes)
+        self.buffer = torch.zeros(nbytes, dtype=torch.uint8, device=self.device)
 
     def regions(self) -> dict[str, tuple[int, int]]:
         """name -> (byte offset, byte size) inside ``buffer``."""
-        return {n: (o, b) for n, (o, b, _, _) in self._regions.items()}
+        return {n: (r.offset, r.nbytes) for n, r in self._regions.items()}
 
     def view(self, name: str) -> torch.Tensor:
-        off, nbytes, dtype, dims = self._regions[name]
-        return self.buffer[off : off + nbytes].view(dtype).view(dims)
+        r = self._regions[name]
+        return self.buffer[r.offset : r.offset + r.nbytes].view(r.dtype).view(r.shape)
 
 
 @dataclass(frozen=True)
@@ -217,10 +212,10 @@ def _kernel_ok(ids3: torch.Tensor, shape: LayoutShape) -> str:
         return "tensors are not on a CUDA device"
     if shape.num_experts > E_CAP:
         return f"num_experts={shape.num_experts} > {E_CAP}"
-    if 3 * shape.slots + TILE > _I32_LIMIT:
+    if 3 * shape.slots + TILE > I32_LIMIT:
         return "P*C*K (order entries of 3) does not fit the kernel's int32 indexing"
     span = sum((d - 1) * abs(s) for d, s in zip(ids3.shape, ids3.stride(), strict=True))
-    if span > _I32_LIMIT or any(s < 0 for s in ids3.stride()):
+    if span > I32_LIMIT or any(s < 0 for s in ids3.stride()):
         return "staged ids strides do not fit int32"
     return ""
 
@@ -228,30 +223,17 @@ def _kernel_ok(ids3: torch.Tensor, shape: LayoutShape) -> str:
 _COMPILED: dict[tuple[str, int], object] = {}
 
 
-class CompileDuringCaptureError(RuntimeError):
-    """A dispatch/combine kernel would be compiled while a CUDA graph is being captured."""
-
-
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
 def _compiled(device: torch.device, plan: str = PLAN_FOUR_LAUNCHES):
     key = (plan, device.index if device.index is not None else 0)
-    hit = _COMPILED.get(key)
-    if hit is None:
-        if _capturing(device):
-            raise CompileDuringCaptureError(
-                f"dispatch_layout kernel ({plan}) is not compiled and a CUDA graph is being "
-                "captured: call megamoe.dispatch.warmup(device) before capture "
-                "(docs/contract.md s9)"
-            )
+
+    def build():  # type: ignore[no-untyped-def]
         from megamoe.dispatch import layout_kernel
 
-        hit = (layout_kernel.compile_dispatch_layout_one_launch() if plan == PLAN_ONE_LAUNCH
-               else layout_kernel.compile_dispatch_layout())
-        _COMPILED[key] = hit
-    return hit
+        return (layout_kernel.compile_dispatch_layout_one_launch() if plan == PLAN_ONE_LAUNCH
+                else layout_kernel.compile_dispatch_layout())
+
+    return compile_once(_COMPILED, key, build, what=f"dispatch_layout kernel ({plan})",
+                        warmup="megamoe.dispatch.warmup(device)")
 
 
 def warmup(device: torch.device | str) -> None:

@@ -37,6 +37,8 @@ import math
 
 import torch
 
+from megamoe.compile_once import CompileDuringCaptureError
+from megamoe.compile_once import capturing as _capturing
 from megamoe.errors import ConfigError
 from megamoe.experts.grouped_gemm_kernel import (
     MAX_EXPERTS,
@@ -52,12 +54,11 @@ from megamoe.experts.mxfp4 import Mxfp4Matrix
 from megamoe.experts.mxfp8 import Mxfp8Matrix
 from megamoe.experts.nvfp4 import Nvfp4Matrix
 from megamoe.experts.split_k import SplitKWorkspace, arrival_slots, effective_splits
-from megamoe.staging.compile_cache import CompileDuringCaptureError
 from megamoe.staging.constants import MX_BLOCK, NVFP4_BLOCK
+from megamoe.validation import I32_LIMIT
 
 PATH_KERNEL = "kernel"
 PATH_TORCH = "torch"
-_I32_LIMIT = 2**31 - 1
 _HOPPER = (9, 0)
 
 _CACHE: dict[tuple[object, ...], object] = {}
@@ -234,7 +235,7 @@ def _check(a, b, seg_start, counts, out, mode, row_scale, clamp,
     devices = {t.device for t in tensors}
     if len(devices) != 1:
         raise ConfigError("devices", "all tensors on one device", sorted(map(str, devices)))
-    if m_cap * k > _I32_LIMIT or m_cap * n > _I32_LIMIT or n * k > _I32_LIMIT:
+    if m_cap * k > I32_LIMIT or m_cap * n > I32_LIMIT or n * k > I32_LIMIT:
         raise ConfigError("sizes", "M_cap*K, M_cap*N and N*K below 2**31",
                           (m_cap * k, m_cap * n, n * k))
     return m_cap, e, n, k
@@ -286,10 +287,6 @@ def grouped_gemm_torch(
         for bk, old in zip(backends, saved, strict=True):
             bk.fp32_precision = old
     return out
-
-
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def kernel_supported(device: torch.device) -> bool:
@@ -435,7 +432,7 @@ def _check_split_workspace(ws: object, cfg: KernelConfig, m_cap: int, n: int, k:
     for name, t in (("partials", parts), ("arrivals", arrivals)):
         if t.device != device:
             raise ConfigError(f"split_workspace.{name}.device", str(device), str(t.device))
-    if parts.numel() > _I32_LIMIT:
+    if parts.numel() > I32_LIMIT:
         raise ConfigError("split_workspace.partials", "fewer than 2**31 elements",
                           parts.numel())
 
@@ -474,7 +471,7 @@ def grouped_gemm(
         raise ConfigError("config", f"a GEMV variant only for {' or '.join(GEMV_WEIGHTS)} "
                           "weights", f"{cfg.name} with {weights} weights")
     _check_split_workspace(split_workspace, cfg, m_cap, n, k, a.device)
-    if max_ctas is not None and not (isinstance(max_ctas, int) and 1 <= max_ctas <= _I32_LIMIT):
+    if max_ctas is not None and not (isinstance(max_ctas, int) and 1 <= max_ctas <= I32_LIMIT):
         raise ConfigError("max_ctas", "None or an int >= 1", max_ctas)
     if not kernel_supported(a.device):
         if _capturing(a.device):

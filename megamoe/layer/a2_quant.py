@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
+from megamoe.compile_once import compile_once
 from megamoe.errors import ConfigError
 from megamoe.layer.constants import BF16_NAN
-from megamoe.staging.compile_cache import CompileDuringCaptureError
 from megamoe.staging.torch_path import (
     pow2_f32,
     quantize_mxfp8,
@@ -122,29 +122,18 @@ def _launch(kind: str, act: torch.Tensor, outs: tuple, rows: torch.Tensor,
 
 
 def _compiled(device: torch.device, kind: str = "safe_fp8"):
-    key = f"{kind} {device}"
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
-    if torch.cuda.is_current_stream_capturing():
-        raise CompileDuringCaptureError(
-            f"A2 quantizer on {device} is not compiled and a CUDA graph is being captured: "
-            "call megamoe.layer.a2_quant.warmup(device) before capture (docs/contract.md s9)"
-        )
-    from megamoe.layer.a2_quant_kernel import compile_a2_mxfp8, compile_a2_safe_fp8
+    def build():  # type: ignore[no-untyped-def]
+        from megamoe.layer import a2_quant_kernel as qk
 
-    with torch.cuda.device(device):
         if kind == "nvfp4":
-            from megamoe.layer.a2_quant_kernel import compile_a2_nvfp4
-
-            compiled = compile_a2_nvfp4()
-        elif kind.startswith("mxfp8_"):
+            return qk.compile_a2_nvfp4()
+        if kind.startswith("mxfp8_"):
             _, elem, mode = kind.split("_")
-            compiled = compile_a2_mxfp8(elem, mode)
-        else:
-            compiled = compile_a2_safe_fp8()
-    _CACHE[key] = compiled
-    return compiled
+            return qk.compile_a2_mxfp8(elem, mode)
+        return qk.compile_a2_safe_fp8()
+
+    return compile_once(_CACHE, f"{kind} {device}", build, what=f"A2 quantizer on {device}",
+                        warmup="megamoe.layer.a2_quant.warmup(device)", device=device)
 
 
 def warmup(device: torch.device | str, mxfp8: tuple[str, str] | None = None,

@@ -57,10 +57,10 @@ from megamoe.errors import CommTimeoutError, ConfigError
 from megamoe.workspace import StagingWorkspace
 
 STEPS = ("ids", "dispatch", "return")
+"""The signalled steps of a forward, in order (the status word names them)."""
 EXCHANGE_DATA_REGIONS = ("ids", "payload", "scales", "scores", "terms")
 """The symmetric regions a forward writes data into (``scales``: quantized recipes only);
 ``flags`` is the protocol itself (monotonic epochs), not data a forward rewrites."""
-"""The signalled steps of a forward, in order (the status word names them)."""
 
 
 @dataclass(frozen=True)

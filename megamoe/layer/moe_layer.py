@@ -61,6 +61,7 @@ from megamoe import staging as _staging
 from megamoe.comm import push as _push
 from megamoe.comm import signal as _signal
 from megamoe.comm.world import World
+from megamoe.compile_once import capturing as _capturing
 from megamoe.dispatch import api as _dispatch
 from megamoe.errors import ConfigError, RouteError
 from megamoe.experts import api as _gemm
@@ -73,18 +74,11 @@ from megamoe.layer import route_glue as _glue
 from megamoe.layer import weights as _weights
 from megamoe.layer.config import LayerConfig
 from megamoe.layer.ep_exchange import EpExchange
-from megamoe.workspace import StageFormat
-
-ID_DTYPES = (torch.int32, torch.int64)
-SCORE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
+from megamoe.validation import ID_DTYPES, SCORE_DTYPES
+from megamoe.workspace import GUARD_BYTES, StageFormat
 
 STAGE_FORMATS = {"bf16": "bf16", "fp8_mxfp4": "safe_fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 """The staging format of each layer recipe's A1 (docs/contract.md s5 table)."""
-
-
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 class MoELayer:
@@ -132,7 +126,8 @@ class MoELayer:
         self._w2 = _weights.prepare_weights(config, w2, i, dev, gate_up=False)
         fmt = (StageFormat("mxfp8", config.mxfp8_elem, config.mxfp8_mode) if self._mx8
                else StageFormat(STAGE_FORMATS[config.recipe]))
-        self._stage_ws = _staging.StagingWorkspace.create(c, k, h, fmt, dev)
+        self._stage_ws = _staging.StagingWorkspace.create(c, k, h, fmt, dev,
+                                                          guard_bytes=GUARD_BYTES)
         routes = c * k
         # EP1: the layout of this rank's routes feeds the GEMMs; EP: the exchange does
         # (megamoe.layer.ep_exchange), and the GEMMs read the receive buffer

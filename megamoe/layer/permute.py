@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import torch
 
+from megamoe.compile_once import compile_once
 from megamoe.errors import ConfigError
 from megamoe.layer.constants import BF16_NAN
-from megamoe.staging.compile_cache import CompileDuringCaptureError
+from megamoe.validation import I32_LIMIT
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 WORD_BYTES = 16  # = permute_kernel.WORD_BYTES (a test checks they agree)
@@ -75,7 +76,7 @@ def kernel_plan(src: torch.Tensor, dst: torch.Tensor) -> str:
     for name, t in (("src", src), ("dst", dst)):
         if t.data_ptr() % WORD_BYTES or (t.stride(0) * es) % WORD_BYTES:
             return f"{name} rows are not {WORD_BYTES}-byte aligned"
-        if t.shape[0] * t.stride(0) * es // 4 > 2**31 - 1:
+        if t.shape[0] * t.stride(0) * es // 4 > I32_LIMIT:
             return f"{name} spans more than 2**31 int32 words"
     return ""
 
@@ -83,25 +84,19 @@ def kernel_plan(src: torch.Tensor, dst: torch.Tensor) -> str:
 def _compiled(index_dtype: torch.dtype, count_dtype: torch.dtype, device: torch.device,
               kind: str = "permute"):
     key = (kind, index_dtype, count_dtype, str(device))
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
-    if torch.cuda.is_current_stream_capturing():
-        raise CompileDuringCaptureError(
-            f"row {kind} for {key} is not compiled and a CUDA graph is being captured: call "
-            "megamoe.layer.permute.warmup(...) before capture (docs/contract.md s9)"
-        )
-    from megamoe.layer import permute_kernel as pk
 
-    index, cnt = _dtype_name(index_dtype), _dtype_name(count_dtype)
-    if kind.startswith("widen_mx_"):
-        compiled = pk.compile_widen_mx(kind.removeprefix("widen_mx_"), index, cnt)
-    else:
-        build = {"permute": pk.compile_permute, "widen": pk.compile_widen,
-                 "widen_nvfp4": pk.compile_widen_nvfp4}[kind]
-        compiled = build(index, cnt)
-    _CACHE[key] = compiled
-    return compiled
+    def build():  # type: ignore[no-untyped-def]
+        from megamoe.layer import permute_kernel as pk
+
+        index, cnt = _dtype_name(index_dtype), _dtype_name(count_dtype)
+        if kind.startswith("widen_mx_"):
+            return pk.compile_widen_mx(kind.removeprefix("widen_mx_"), index, cnt)
+        compile_kind = {"permute": pk.compile_permute, "widen": pk.compile_widen,
+                        "widen_nvfp4": pk.compile_widen_nvfp4}[kind]
+        return compile_kind(index, cnt)
+
+    return compile_once(_CACHE, key, build, what=f"row {kind} for {key}",
+                        warmup="megamoe.layer.permute.warmup(...)")
 
 
 def warmup(device: torch.device | str, index_dtype: torch.dtype = torch.int64,
@@ -204,7 +199,7 @@ def widen_plan(src: torch.Tensor, dst: torch.Tensor) -> str:
     if dst.data_ptr() % (2 * WIDEN_CHUNK) or dst.stride(0) % WIDEN_CHUNK:
         return f"dst rows are not {2 * WIDEN_CHUNK}-byte aligned"
     for name, t in (("src", src), ("dst", dst)):
-        if t.shape[0] * t.stride(0) > 2**31 - 1:
+        if t.shape[0] * t.stride(0) > I32_LIMIT:
             return f"{name} spans more than 2**31 elements"
     return ""
 

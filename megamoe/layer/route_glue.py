@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
+from megamoe.compile_once import compile_once
 from megamoe.errors import ConfigError
 from megamoe.experts import api as _gemm
-from megamoe.staging.compile_cache import CompileDuringCaptureError
 
 PATH_KERNEL = "kernel"
 PATH_TORCH = "torch"
@@ -70,22 +70,13 @@ def _kernel_ok(device: torch.device) -> bool:
 
 
 def _compiled(device: torch.device):
-    key = str(device)
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
-    if torch.cuda.is_current_stream_capturing():
-        raise CompileDuringCaptureError(
-            f"route tables kernel on {device} is not compiled and a CUDA graph is being "
-            "captured: call megamoe.layer.route_glue.warmup(device) before capture "
-            "(docs/contract.md s9)"
-        )
-    from megamoe.layer.route_glue_kernel import compile_route_glue
+    def build():  # type: ignore[no-untyped-def]
+        from megamoe.layer.route_glue_kernel import compile_route_glue
 
-    with torch.cuda.device(device):
-        compiled = compile_route_glue()
-    _CACHE[key] = compiled
-    return compiled
+        return compile_route_glue()
+
+    return compile_once(_CACHE, str(device), build, what=f"route tables kernel on {device}",
+                        warmup="megamoe.layer.route_glue.warmup(device)", device=device)
 
 
 def warmup(device: torch.device | str) -> None:

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 import torch
 
+from megamoe.compile_once import capturing as _capturing
 from megamoe.errors import ConfigError, RouteError
 from megamoe.route_check_setting import check_routes_in_force, record_check_routes
 from megamoe.staging import compile_cache
 from megamoe.staging import constants as c
 from megamoe.staging import torch_path as tp
-from megamoe.validation import StageMeta, validate_stage_inputs
+from megamoe.validation import I32_LIMIT, StageMeta, validate_stage_inputs
 from megamoe.workspace import StagingWorkspace
 
 PATH_KERNEL = "kernel"
@@ -32,7 +33,6 @@ KERNEL_FORMATS = ("bf16", "mxfp8_prequant", "nvfp4_prequant", "mxfp8", "safe_fp8
 the prequantized formats, B (BF16 -> MXFP8 + routes), C (safe FP8 + routes), D (BF16 ->
 NVFP4 + routes)."""
 _KERNEL_NAMES = {"mxfp8": "mxfp8_stage", "safe_fp8": "safe_fp8_stage", "nvfp4": "nvfp4_stage"}
-_I32_LIMIT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,6 @@ class StageResult:
 
 def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
-
-
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def _kernel_name(ws: StagingWorkspace) -> str:
@@ -114,19 +110,19 @@ def kernel_plan(ws: StagingWorkspace, hidden, topk_ids, topk_weights, hidden_sca
     if ws.fmt.kind not in KERNEL_FORMATS:
         return f"format {ws.fmt.kind!r} has no fused kernel yet"
     for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
-        if _max_offset(t) > _I32_LIMIT:
+        if _max_offset(t) > I32_LIMIT:
             return f"{name} spans more than 2**31 elements"
     t_rows = hidden.shape[0]
     if t_rows > 0 and hidden.shape[1] > 1 and hidden.stride(1) != 1:
         return "hidden's last dim is not contiguous"
     es = hidden.element_size()
     if ws.fmt.quantizes:
-        return "" if _max_offset(hidden) <= _I32_LIMIT else "hidden spans more than 2**31"
+        return "" if _max_offset(hidden) <= I32_LIMIT else "hidden spans more than 2**31"
     if t_rows > 0 and (hidden.data_ptr() % 4 != 0 or (hidden.stride(0) * es) % 4 != 0):
         return "hidden rows are not 4-byte aligned"
-    if _max_offset(hidden) * es // 4 > _I32_LIMIT:
+    if _max_offset(hidden) * es // 4 > I32_LIMIT:
         return "hidden spans more than 2**31 words"
-    if hidden_scales is not None and _max_offset(hidden_scales) > _I32_LIMIT:
+    if hidden_scales is not None and _max_offset(hidden_scales) > I32_LIMIT:
         return "hidden_scales spans more than 2**31 elements"
     return ""
 

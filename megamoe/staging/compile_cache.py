@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+from megamoe.errors import CompileDuringCaptureError
 
-class CompileDuringCaptureError(RuntimeError):
-    """A staging kernel would be compiled while a CUDA graph is being captured."""
+__all__ = ["CacheKey", "CompileDuringCaptureError", "cached_keys", "clear", "get_compiled"]
 
 
 class CacheKey(NamedTuple):

@@ -40,6 +40,8 @@ ROUTE_RULES = (RULE_DUPLICATE_ID, RULE_ID_OUT_OF_RANGE, RULE_NON_FINITE_SCORE)
 RULES_PER_SLOT = 4
 """Row status code of slot ``k``, rule index ``j`` (``ROUTE_RULES``): ``k * 4 + j + 1``; 0 = good.
 
-A non-finite safe-FP8 input row has code ``ROW_CODE_NON_FINITE_INPUT`` (larger than every
-slot code, so a route violation of the same row is reported first)."""
+A non-finite safe-FP8 input row with an active slot has code ``ROW_CODE_NON_FINITE_INPUT``
+(larger than every slot code, so a route violation of the same row is reported first); a row
+with no active slot is never consumed and fails nothing (docs/contract.md
+s4.safe-fp8-inactive-row)."""
 ROW_CODE_NON_FINITE_INPUT = 1 << 20

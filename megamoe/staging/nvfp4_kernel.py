@@ -22,19 +22,21 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Float64, Int16, Int32, Int64, Uint8
+from cutlass import Float32, Int16, Int32, Uint8
 
 from megamoe.kernel_registry import register_kernel
 from megamoe.pdl import PDL, await_inputs
 from megamoe.staging import constants as c
 from megamoe.staging.dsl_bits import f2i, i2f, make_sat_fp8, sel
 from megamoe.staging.route_kernel import (
-    ID_TYPES,
-    SCORE_TYPES,
     THREADS,
     VEC_ALIGN,
+    RouteArgs,
     _ptr,
+    chunked_rows,
+    compile_stage,
     make_route_rows,
+    stage_prologue,
 )
 from megamoe.staging.safe_fp8_kernel import f32_bits, fsel
 
@@ -88,48 +90,25 @@ def _make(K: int):
 
     @cute.kernel
     def _nvfp4_stage_kernel(
-        ids_ptr: cute.Pointer, s_i0: Int32, s_i1: Int32,
-        sc_ptr: cute.Pointer, s_s0: Int32, s_s1: Int32,
-        rows: Int32, live_host: Int32, use_dev_live: Int32, live_ptr: cute.Pointer,
-        out_ids_ptr: cute.Pointer, out_sc_ptr: cute.Pointer, row_code_ptr: cute.Pointer,
-        bad_id_ptr: cute.Pointer, bad_sc_ptr: cute.Pointer, status_ptr: cute.Pointer,
-        capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
+        route: RouteArgs,
         x_ptr: cute.Pointer, x_s0: Int32, hidden: Int32,
         p_ptr: cute.Pointer, s_ptr: cute.Pointer, g_bits: Int32,
         vec: Int32, x16_ptr: cute.Pointer, p16_ptr: cute.Pointer,
         route_blocks: Int32,
     ):
         await_inputs()
-        tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
-        gdim, _, _ = cute.arch.grid_dim()
-        nrows = cutlass.max(rows, Int32(1))
-        m_live = cute.make_tensor(live_ptr, cute.make_layout(1))
-        live = live_host
-        if use_dev_live != Int32(0):
-            live = cutlass.min(cutlass.max(m_live[0], Int32(0)), rows)
+        tidx, bidx, gdim, nrows, live = stage_prologue(route)
+        capacity = route.capacity
         if bidx < route_blocks:
-            route_rows(
-                bidx * THREADS + tidx, live, nrows, ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1,
-                out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
-                capacity, num_experts, check, reset, Int32(0),
-            )
+            route_rows(bidx * THREADS + tidx, live, nrows, route, Int32(0))
         else:
             half = hidden // 2
             nblk = hidden // BLOCK
             m_x = cute.make_tensor(x_ptr, cute.make_layout((nrows, hidden), stride=(x_s0, 1)))
             m_p = cute.make_tensor(p_ptr, cute.make_layout((capacity, half), stride=(half, 1)))
             m_s = cute.make_tensor(s_ptr, cute.make_layout((capacity, nblk), stride=(nblk, 1)))
-            v_x = cute.make_tensor(
-                x16_ptr,
-                cute.make_layout((nrows, nblk, BLOCK),
-                                 stride=(cute.assume(x_s0, divby=VEC_ELEMS), BLOCK, 1)),
-            )
-            v_p = cute.make_tensor(
-                p16_ptr,
-                cute.make_layout((capacity, nblk, BLOCK // 2),
-                                 stride=(cute.assume(half, divby=BLOCK // 2), BLOCK // 2, 1)),
-            )
+            v_x = chunked_rows(x16_ptr, nrows, nblk, BLOCK, x_s0, VEC_ELEMS)
+            v_p = chunked_rows(p16_ptr, capacity, nblk, BLOCK // 2, half, BLOCK // 2)
             g = i2f(g_bits)
             inv_g = i2f(Int32(b_one)) / g
             six = i2f(Int32(_B_SIX))
@@ -183,9 +162,9 @@ def _make(K: int):
         stream: cuda.CUstream,
     ):
         _nvfp4_stage_kernel(
-            ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1, rows, live_host, use_dev_live, live_ptr,
-            out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
-            capacity, num_experts, check, reset,
+            RouteArgs(ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1, rows, live_host, use_dev_live,
+                      live_ptr, out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr,
+                      status_ptr, capacity, num_experts, check, reset),
             x_ptr, x_s0, hidden, p_ptr, s_ptr, g_bits, vec, x16_ptr, p16_ptr, route_blocks,
         ).launch(grid=[route_blocks + quant_blocks, 1, 1], block=[THREADS, 1, 1],
                  stream=stream, use_pdl=PDL)
@@ -195,19 +174,10 @@ def _make(K: int):
 
 def compile_nvfp4_stage(top_k: int, id_dtype: str, score_dtype: str):
     """``cute.compile`` kernel D for one (K, id dtype, score dtype); g is a runtime value."""
-    it, st = ID_TYPES[id_dtype], SCORE_TYPES[score_dtype]
     i0 = Int32(0)
-    return cute.compile(
-        _make(top_k),
-        _ptr(it), i0, i0, _ptr(st), i0, i0,
-        i0, i0, i0, _ptr(Int32),
-        _ptr(Int32), _ptr(Float32), _ptr(Int32), _ptr(Int64), _ptr(Float64), _ptr(Int32),
-        i0, i0, i0, i0,
-        _ptr(Int16), i0, i0, _ptr(Uint8), _ptr(Uint8), i0,
-        i0, _ptr(Int16, align=VEC_ALIGN), _ptr(Uint8, align=VEC_ALIGN),
-        i0, i0,
-        cuda.CUstream(0),
-    )
+    return compile_stage(_make(top_k), id_dtype, score_dtype,
+                         _ptr(Int16), i0, i0, _ptr(Uint8), _ptr(Uint8), i0,
+                         i0, _ptr(Int16, align=VEC_ALIGN), _ptr(Uint8, align=VEC_ALIGN), i0, i0)
 
 
 @register_kernel("nvfp4_stage_k8_i64_f32")

@@ -35,6 +35,8 @@ ever set to the same value 1 by the threads that find a bad row.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -55,29 +57,105 @@ MAX_QUANT_BLOCKS = 1 << 16  # quantizing kernels: one work item per thread up to
 _BIG = 1 << 30
 
 
+@dataclass(frozen=True)
+class RouteArgs:
+    """The route part's arguments, the first parameter of every staging kernel: the caller's
+    ids and scores with their strides; ``rows`` and the live count (host count, device flag,
+    device pointer); the staged ids and scores, row codes, bad id and score, status word;
+    capacity, E, check, reset (module docstring). The DSL flattens it into the kernel's
+    parameters in this order (its dynamic-expression protocol), so a kernel compiled with it
+    has the parameters, and the machine code, of the flat list (``tests.harness.compile_gate
+    --compare``); launchers take the flat list from the host and group it here. ``str`` is
+    the flat list's, so the DSL mangles the kernel's name as before."""
+
+    ids_ptr: cute.Pointer
+    s_i0: Int32
+    s_i1: Int32
+    sc_ptr: cute.Pointer
+    s_s0: Int32
+    s_s1: Int32
+    rows: Int32
+    live_host: Int32
+    use_dev_live: Int32
+    live_ptr: cute.Pointer
+    out_ids_ptr: cute.Pointer
+    out_sc_ptr: cute.Pointer
+    row_code_ptr: cute.Pointer
+    bad_id_ptr: cute.Pointer
+    bad_sc_ptr: cute.Pointer
+    status_ptr: cute.Pointer
+    capacity: Int32
+    num_experts: Int32
+    check: Int32
+    reset: Int32
+
+    def _values(self) -> list:  # type: ignore[type-arg]
+        return [getattr(self, f.name) for f in fields(self)]
+
+    def __extract_mlir_values__(self) -> list:  # type: ignore[type-arg]
+        return cutlass.extract_mlir_values(self._values())
+
+    def __new_from_mlir_values__(self, values: list) -> RouteArgs:  # type: ignore[type-arg]
+        return RouteArgs(*cutlass.new_from_mlir_values(self._values(), values))
+
+    def __str__(self) -> str:
+        return "_".join(map(str, self._values()))
+
+
+@cute.jit
+def live_count(route: RouteArgs) -> Int32:
+    """The live row count of a staging launch (module docstring): ``live_host``, or with
+    ``use_dev_live`` the device live-count tensor at ``live_ptr`` clamped to ``[0, rows]``.
+    Inlined into every staging kernel."""
+    m_live = cute.make_tensor(route.live_ptr, cute.make_layout(1))
+    live = route.live_host
+    if route.use_dev_live != Int32(0):
+        live = cutlass.min(cutlass.max(m_live[0], Int32(0)), route.rows)
+    return live
+
+
+@cute.jit
+def stage_prologue(route: RouteArgs):
+    """What every staging kernel reads first, right after ``await_inputs()`` (the PDL rule
+    wants that call first in each kernel's own body): ``(tidx, bidx, gdim, nrows, live)``,
+    thread, block, grid size, the caller's rows (at least 1, for layouts) and the live row
+    count (``live_count``). Inlined."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    gdim, _, _ = cute.arch.grid_dim()
+    return tidx, bidx, gdim, cutlass.max(route.rows, Int32(1)), live_count(route)
+
+
+@cute.jit
+def chunked_rows(ptr: cute.Pointer, rows: Int32, chunks: Int32, chunk: int, row_stride: Int32,
+                 divby: int) -> cute.Tensor:
+    """``rows x chunks x chunk`` elements at ``ptr``: rows ``row_stride`` elements apart (a
+    multiple of ``divby``), each cut in contiguous chunks of ``chunk`` (one vector access).
+    Inlined."""
+    return cute.make_tensor(
+        ptr, cute.make_layout((rows, chunks, chunk),
+                              stride=(cute.assume(row_stride, divby=divby), chunk, 1)))
+
+
 def make_route_rows(K: int):
     """The route part of the staging kernels for top-k ``K`` (see the module docstring):
     stages (and checks) capacity row ``row``. Inlined into each kernel that calls it.
     ``extra`` is a row failure code found by the caller (safe-FP8 non-finite input row),
-    used when the routes of the row are valid and checks are on."""
+    used when checks are on, the routes of the row are valid and one of its slots is active
+    (a row that routes nowhere is never consumed: docs/contract.md s4.safe-fp8-inactive-row)."""
 
     @cute.jit
-    def route_rows(
-        row: Int32, live: Int32, nrows: Int32,
-        ids_ptr: cute.Pointer, s_i0: Int32, s_i1: Int32,
-        sc_ptr: cute.Pointer, s_s0: Int32, s_s1: Int32,
-        out_ids_ptr: cute.Pointer, out_sc_ptr: cute.Pointer, row_code_ptr: cute.Pointer,
-        bad_id_ptr: cute.Pointer, bad_sc_ptr: cute.Pointer, status_ptr: cute.Pointer,
-        capacity: Int32, num_experts: Int32, check: Int32, reset: Int32, extra: Int32,
-    ):
-        m_ids = cute.make_tensor(ids_ptr, cute.make_layout((nrows, K), stride=(s_i0, s_i1)))
-        m_sc = cute.make_tensor(sc_ptr, cute.make_layout((nrows, K), stride=(s_s0, s_s1)))
-        o_ids = cute.make_tensor(out_ids_ptr, cute.make_layout((capacity, K), stride=(K, 1)))
-        o_sc = cute.make_tensor(out_sc_ptr, cute.make_layout((capacity, K), stride=(K, 1)))
-        o_code = cute.make_tensor(row_code_ptr, cute.make_layout(capacity))
-        o_bid = cute.make_tensor(bad_id_ptr, cute.make_layout(capacity))
-        o_bsc = cute.make_tensor(bad_sc_ptr, cute.make_layout(capacity))
-        o_status = cute.make_tensor(status_ptr, cute.make_layout(1))
+    def route_rows(row: Int32, live: Int32, nrows: Int32, route: RouteArgs, extra: Int32):
+        a = route
+        capacity, num_experts, check, reset = a.capacity, a.num_experts, a.check, a.reset
+        m_ids = cute.make_tensor(a.ids_ptr, cute.make_layout((nrows, K), stride=(a.s_i0, a.s_i1)))
+        m_sc = cute.make_tensor(a.sc_ptr, cute.make_layout((nrows, K), stride=(a.s_s0, a.s_s1)))
+        o_ids = cute.make_tensor(a.out_ids_ptr, cute.make_layout((capacity, K), stride=(K, 1)))
+        o_sc = cute.make_tensor(a.out_sc_ptr, cute.make_layout((capacity, K), stride=(K, 1)))
+        o_code = cute.make_tensor(a.row_code_ptr, cute.make_layout(capacity))
+        o_bid = cute.make_tensor(a.bad_id_ptr, cute.make_layout(capacity))
+        o_bsc = cute.make_tensor(a.bad_sc_ptr, cute.make_layout(capacity))
+        o_status = cute.make_tensor(a.status_ptr, cute.make_layout(1))
         if row < capacity:
             if row < live:
                 e64 = Int64(num_experts)
@@ -109,7 +187,11 @@ def make_route_rows(K: int):
                         code = Int32(cutlass.select_(nf, Int32(k * 4 + 3), code))
                         code = Int32(cutlass.select_(oor, Int32(k * 4 + 2), code))
                         code = Int32(cutlass.select_(dup, Int32(k * 4 + 1), code))
-                    code = Int32(cutlass.select_(code == Int32(_BIG), extra, code))
+                    routed = active[0]
+                    for k in cutlass.range_constexpr(1, K):
+                        routed = routed | active[k]
+                    extra_k = Int32(cutlass.select_(routed, extra, Int32(0)))
+                    code = Int32(cutlass.select_(code == Int32(_BIG), extra_k, code))
                 bad = code != Int32(0)
                 for k in cutlass.range_constexpr(K):
                     sid = Int32(idv[k])
@@ -156,12 +238,7 @@ def _make(K: int):
 
     @cute.kernel
     def _route_stage_kernel(
-        ids_ptr: cute.Pointer, s_i0: Int32, s_i1: Int32,
-        sc_ptr: cute.Pointer, s_s0: Int32, s_s1: Int32,
-        rows: Int32, live_host: Int32, use_dev_live: Int32, live_ptr: cute.Pointer,
-        out_ids_ptr: cute.Pointer, out_sc_ptr: cute.Pointer, row_code_ptr: cute.Pointer,
-        bad_id_ptr: cute.Pointer, bad_sc_ptr: cute.Pointer, status_ptr: cute.Pointer,
-        capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
+        route: RouteArgs,
         src_ptr: cute.Pointer, src_row_words: Int32, dst_ptr: cute.Pointer, words_per_row: Int32,
         ssrc_ptr: cute.Pointer, ss0: Int32, ss1: Int32, sdst_ptr: cute.Pointer,
         scols_src: Int32, scols_dst: Int32,
@@ -169,22 +246,12 @@ def _make(K: int):
         route_blocks: Int32,
     ):
         await_inputs()
-        tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
-        gdim, _, _ = cute.arch.grid_dim()
-        nrows = cutlass.max(rows, Int32(1))
-        m_live = cute.make_tensor(live_ptr, cute.make_layout(1))
-        live = live_host
-        if use_dev_live != Int32(0):
-            live = cutlass.min(cutlass.max(m_live[0], Int32(0)), rows)
+        tidx, bidx, gdim, nrows, live = stage_prologue(route)
+        capacity = route.capacity
 
         if bidx < route_blocks:
             row = bidx * THREADS + tidx
-            route_rows(
-                row, live, nrows, ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1,
-                out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
-                capacity, num_experts, check, reset, Int32(0),
-            )
+            route_rows(row, live, nrows, route, Int32(0))
         else:
             cb = bidx - route_blocks
             ncb = gdim - route_blocks
@@ -193,20 +260,9 @@ def _make(K: int):
             if (words_per_row > Int32(0)) & (vec != Int32(0)):
                 nch = words_per_row // VEC_WORDS
                 tpr = (nch + (VEC_TILE - 1)) // VEC_TILE
-                v_src = cute.make_tensor(
-                    src16_ptr,
-                    cute.make_layout(
-                        (nrows, nch, VEC_WORDS),
-                        stride=(cute.assume(src_row_words, divby=VEC_WORDS), VEC_WORDS, 1),
-                    ),
-                )
-                v_dst = cute.make_tensor(
-                    dst16_ptr,
-                    cute.make_layout(
-                        (capacity, nch, VEC_WORDS),
-                        stride=(cute.assume(words_per_row, divby=VEC_WORDS), VEC_WORDS, 1),
-                    ),
-                )
+                v_src = chunked_rows(src16_ptr, nrows, nch, VEC_WORDS, src_row_words, VEC_WORDS)
+                v_dst = chunked_rows(dst16_ptr, capacity, nch, VEC_WORDS, words_per_row,
+                                     VEC_WORDS)
                 for tile in range(cb, live * tpr, ncb):
                     r = tile // tpr
                     c0 = (tile - r * tpr) * VEC_TILE + tidx
@@ -265,9 +321,9 @@ def _make(K: int):
         stream: cuda.CUstream,
     ):
         _route_stage_kernel(
-            ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1, rows, live_host, use_dev_live, live_ptr,
-            out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
-            capacity, num_experts, check, reset,
+            RouteArgs(ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1, rows, live_host, use_dev_live,
+                      live_ptr, out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr,
+                      status_ptr, capacity, num_experts, check, reset),
             src_ptr, src_row_words, dst_ptr, words_per_row,
             ssrc_ptr, ss0, ss1, sdst_ptr, scols_src, scols_dst,
             vec, src16_ptr, dst16_ptr, route_blocks,
@@ -293,23 +349,35 @@ def _ptr(dtype, addr: int = _FAKE_ADDR, align: int | None = None):
                     assumed_align=align if align is not None else dtype.width // 8)
 
 
-def compile_route_stage(top_k: int, id_dtype: str, score_dtype: str):
-    """``cute.compile`` kernel A for one (K, id dtype, score dtype). Pointers and sizes are
-    runtime arguments; the compiled object is called by ``megamoe.staging.launch``."""
+def route_arg_placeholders(id_dtype: str, score_dtype: str) -> tuple:  # type: ignore[type-arg]
+    """The route part's arguments, first in every staging launcher (ids and scores with
+    their strides; rows and the live count; the staged ids, scores, row codes, bad id and
+    score and status word; capacity, E, check, reset), as ``cute.compile`` placeholders:
+    pointers of the dtypes at a fake address, sizes 0."""
     it, st = ID_TYPES[id_dtype], SCORE_TYPES[score_dtype]
     i0 = Int32(0)
-    return cute.compile(
-        _make(top_k),
+    return (
         _ptr(it), i0, i0, _ptr(st), i0, i0,
         i0, i0, i0, _ptr(Int32),
         _ptr(Int32), _ptr(Float32), _ptr(Int32), _ptr(Int64), _ptr(Float64), _ptr(Int32),
         i0, i0, i0, i0,
-        _ptr(Int32), i0, _ptr(Int32), i0,
-        _ptr(Uint8), i0, i0, _ptr(Uint8), i0, i0,
-        i0, _ptr(Int32, align=VEC_ALIGN), _ptr(Int32, align=VEC_ALIGN),
-        i0, i0,
-        cuda.CUstream(0),
     )
+
+
+def compile_stage(launcher, id_dtype: str, score_dtype: str, *own: object):  # type: ignore[no-untyped-def]
+    """``cute.compile`` a staging launcher: the route part's placeholders for the id and score
+    dtypes (``route_arg_placeholders``), the launcher's own ``own`` placeholders, a stream."""
+    return cute.compile(launcher, *route_arg_placeholders(id_dtype, score_dtype), *own,
+                        cuda.CUstream(0))
+
+
+def compile_route_stage(top_k: int, id_dtype: str, score_dtype: str):
+    """``cute.compile`` kernel A for one (K, id dtype, score dtype). Pointers and sizes are
+    runtime arguments; the compiled object is called by ``megamoe.staging.launch``."""
+    i0 = Int32(0)
+    return compile_stage(_make(top_k), id_dtype, score_dtype,
+                         _ptr(Int32), i0, _ptr(Int32), i0, _ptr(Uint8), i0, i0, _ptr(Uint8), i0, i0,
+                         i0, _ptr(Int32, align=VEC_ALIGN), _ptr(Int32, align=VEC_ALIGN), i0, i0)
 
 
 @register_kernel("route_stage_k8_i64_bf16")

@@ -13,8 +13,8 @@ s4 with one IEEE float32 operation per step (constants are float32 bit patterns)
 writes the E4M3 payload of its elements of the block's ``1 / splits`` slice of the row
 (``sat_cast(x * q)`` on the tiny path, ``sat_cast(x / d)`` otherwise, the division an IEEE
 float32 division). Block 0 of the row writes the 4-lane float32 scale wire. A row holding
-NaN/Inf gets ``d = NaN``, an all-0x7F payload and (checks on) the row failure
-``non_finite_input``. Once ``amax`` is known, one thread of block 0 stages the row's routes
+NaN/Inf gets ``d = NaN``, an all-0x7F payload and (checks on, and the row has an active
+slot: docs/contract.md s4.safe-fp8-inactive-row) the row failure ``non_finite_input``. Once ``amax`` is known, one thread of block 0 stages the row's routes
 (kernel A's route code), merging that failure, while the others write the payload; rows
 ``[T, C)`` are rewritten too. ``splits > 1`` spreads
 a few rows over more multiprocessors (each block re-reads the row for ``amax``).
@@ -36,18 +36,20 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils as cutlass_utils
-from cutlass import Float32, Float64, Int16, Int32, Int64, Uint8
+from cutlass import Float32, Int16, Int32, Uint8
 
 from megamoe.kernel_registry import register_kernel
 from megamoe.pdl import PDL, await_inputs
 from megamoe.staging import constants as c
 from megamoe.staging.dsl_bits import i2f, make_sat_fp8, sel
 from megamoe.staging.route_kernel import (
-    ID_TYPES,
-    SCORE_TYPES,
     VEC_ALIGN,
+    RouteArgs,
     _ptr,
+    chunked_rows,
+    compile_stage,
     make_route_rows,
+    stage_prologue,
 )
 
 WARP = 32
@@ -122,25 +124,15 @@ def _make(K: int):
 
     @cute.kernel
     def _safe_fp8_stage_kernel(
-        ids_ptr: cute.Pointer, s_i0: Int32, s_i1: Int32,
-        sc_ptr: cute.Pointer, s_s0: Int32, s_s1: Int32,
-        rows: Int32, live_host: Int32, use_dev_live: Int32, live_ptr: cute.Pointer,
-        out_ids_ptr: cute.Pointer, out_sc_ptr: cute.Pointer, row_code_ptr: cute.Pointer,
-        bad_id_ptr: cute.Pointer, bad_sc_ptr: cute.Pointer, status_ptr: cute.Pointer,
-        capacity: Int32, num_experts: Int32, check: Int32, reset: Int32,
+        route: RouteArgs,
         x_ptr: cute.Pointer, x_s0: Int32, hidden: Int32,
         p_ptr: cute.Pointer, d_ptr: cute.Pointer,
         vec: Int32, x16_ptr: cute.Pointer, p16_ptr: cute.Pointer,
         splits: Int32, row_blocks: Int32,
     ):
         await_inputs()
-        tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
-        nrows = cutlass.max(rows, Int32(1))
-        m_live = cute.make_tensor(live_ptr, cute.make_layout(1))
-        live = live_host
-        if use_dev_live != Int32(0):
-            live = cutlass.min(cutlass.max(m_live[0], Int32(0)), rows)
+        tidx, bidx, _, nrows, live = stage_prologue(route)
+        capacity = route.capacity
         smem = cutlass_utils.SmemAllocator()
         red = smem.allocate_tensor(Int32, cute.make_layout(SAFE_WARPS), 16)
         lane = tidx % WARP
@@ -155,16 +147,8 @@ def _make(K: int):
             cps = (nch + splits - 1) // splits
             lo = part * cps
             hi = cutlass.min(lo + cps, nch)
-            v_x = cute.make_tensor(
-                x16_ptr,
-                cute.make_layout((nrows, nch, VEC_ELEMS),
-                                 stride=(cute.assume(x_s0, divby=VEC_ELEMS), VEC_ELEMS, 1)),
-            )
-            v_p = cute.make_tensor(
-                p16_ptr,
-                cute.make_layout((capacity, nch, VEC_ELEMS),
-                                 stride=(cute.assume(hidden, divby=VEC_ELEMS), VEC_ELEMS, 1)),
-            )
+            v_x = chunked_rows(x16_ptr, nrows, nch, VEC_ELEMS, x_s0, VEC_ELEMS)
+            v_p = chunked_rows(p16_ptr, capacity, nch, VEC_ELEMS, hidden, VEC_ELEMS)
             extra = Int32(0)
             bad_i = Int32(0)
             tiny_i = Int32(0)
@@ -196,9 +180,7 @@ def _make(K: int):
             # write the payload
             if (part == Int32(0)) & (tidx == Int32(ROUTE_THREAD)):
                 route_rows(
-                    row, live, nrows, ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1,
-                    out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
-                    capacity, num_experts, check, reset, extra,
+                    row, live, nrows, route, extra,
                 )
             if row < live:
                 bad = bad_i != Int32(0)
@@ -229,9 +211,7 @@ def _make(K: int):
         else:
             route_rows(
                 row_blocks // splits + (bidx - row_blocks) * SAFE_THREADS + tidx, live, nrows,
-                ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1,
-                out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
-                capacity, num_experts, check, reset, Int32(0),
+                route, Int32(0),
             )
 
     @cute.jit
@@ -249,10 +229,10 @@ def _make(K: int):
         stream: cuda.CUstream,
     ):
         _safe_fp8_stage_kernel(
-            ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1, rows, live_host, use_dev_live, live_ptr,
-            out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr, status_ptr,
-            capacity, num_experts, check, reset, x_ptr, x_s0, hidden, p_ptr, d_ptr,
-            vec, x16_ptr, p16_ptr, splits, row_blocks,
+            RouteArgs(ids_ptr, s_i0, s_i1, sc_ptr, s_s0, s_s1, rows, live_host, use_dev_live,
+                      live_ptr, out_ids_ptr, out_sc_ptr, row_code_ptr, bad_id_ptr, bad_sc_ptr,
+                      status_ptr, capacity, num_experts, check, reset),
+            x_ptr, x_s0, hidden, p_ptr, d_ptr, vec, x16_ptr, p16_ptr, splits, row_blocks,
         ).launch(grid=[blocks, 1, 1], block=[SAFE_THREADS, 1, 1], smem=SMEM_BYTES,
                  stream=stream, use_pdl=PDL)
 
@@ -261,19 +241,11 @@ def _make(K: int):
 
 def compile_safe_fp8_stage(top_k: int, id_dtype: str, score_dtype: str):
     """``cute.compile`` kernel C for one (K, id dtype, score dtype)."""
-    it, st = ID_TYPES[id_dtype], SCORE_TYPES[score_dtype]
     i0 = Int32(0)
-    return cute.compile(
-        _make(top_k),
-        _ptr(it), i0, i0, _ptr(st), i0, i0,
-        i0, i0, i0, _ptr(Int32),
-        _ptr(Int32), _ptr(Float32), _ptr(Int32), _ptr(Int64), _ptr(Float64), _ptr(Int32),
-        i0, i0, i0, i0,
-        _ptr(Int16), i0, i0, _ptr(Uint8), _ptr(Float32),
-        i0, _ptr(Int16, align=VEC_ALIGN), _ptr(Uint8, align=VEC_ALIGN),
-        i0, i0, i0,
-        cuda.CUstream(0),
-    )
+    return compile_stage(_make(top_k), id_dtype, score_dtype,
+                         _ptr(Int16), i0, i0, _ptr(Uint8), _ptr(Float32),
+                         i0, _ptr(Int16, align=VEC_ALIGN), _ptr(Uint8, align=VEC_ALIGN),
+                         i0, i0, i0)
 
 
 @register_kernel("safe_fp8_stage_k8_i64_f32")

@@ -233,7 +233,8 @@ def stage_routes_into(
     """Stage routes into the workspace views (docs/contract.md s2-s3); graph-capturable.
 
     ``extra_code`` (int32 [R], optional) adds row failures found elsewhere (safe-FP8
-    non-finite input rows), merged only when ``check``.
+    non-finite input rows), merged only when ``check`` and only for rows with an active
+    slot (docs/contract.md s4.safe-fp8-inactive-row).
     """
     r = ids.shape[0]
     dev = out_ids.device
@@ -246,7 +247,8 @@ def stage_routes_into(
     if check:
         code = route_codes(ids, weights, num_experts)
         if extra_code is not None:
-            code = torch.where(code != 0, code, extra_code)
+            routed = (~masked).any(dim=1)
+            code = torch.where(code != 0, code, torch.where(routed, extra_code, 0))
         code = torch.where(lr.squeeze(1), code, torch.zeros_like(code))
         bad = (code != 0).unsqueeze(1)
         in_range = (ids64 >= 0) & (ids64 < num_experts)

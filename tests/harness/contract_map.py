@@ -37,9 +37,6 @@ RULE = re.compile(r"\*\*(s\d+\.[a-z0-9-]+)\*\*")
 PENDING: dict[str, str] = {}
 """Rules without a test on main yet, and why (module docstring)."""
 GAPS: dict[str, str] = {
-    "s4.safe-fp8-inactive-row": "the oracle meets it; the layer's safe-FP8 staging still "
-                                "raises for a non-finite row without an active slot (issue 40 "
-                                "item 1: a kernel change that lands with a GPU record)",
     "s5.weighting": "the oracle's known answers and the CPU layer's stages tell early from "
                     "late apart for every recipe; the kernels' stages are read by a single-tier "
                     "test that has not run on a GPU yet (issue 40 item 3)",

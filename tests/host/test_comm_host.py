@@ -104,6 +104,10 @@ def test_symmetric_regions_are_aligned_guarded_and_tabled() -> None:
         ends.append(off + s.nbytes)
         assert ws.local(s.name).shape == s.shape and ws.local(s.name).dtype == s.dtype
         assert int(ws.table(s.name)[0]) == ws.local(s.name).data_ptr()
+        align = ws.peer_alignment(s.name)  # what the push's kernel plan reads, computed once
+        assert align >= 16 and align & (align - 1) == 0
+        assert ws.peer(s.name, 0).data_ptr() % align == 0
+        assert ws.peer(s.name, 0).data_ptr() % (2 * align) != 0 or align == 1 << 12
     mask = ws.region_mask()
     assert int(mask.sum()) == sum(s.nbytes for s in specs)
     with pytest.raises(ConfigError, match=r"^specs: expected distinct region names"):

@@ -18,6 +18,7 @@ from megamoe.layer.config import H_MULTIPLE, I_MULTIPLE, KNOWN_RECIPES
 from oracle.routing import find_route_violations
 from tests.layer_check import compare_rows, layer_routes, layer_weights, oracle_output
 from tests.weighting_check import WeightingStages, stages_after_forward, weighting_problems
+from tests.workspace_guards import fill_workspace_guards, guard_problems
 
 E, K, H, INTER, C = 8, 2, 2 * H_MULTIPLE, I_MULTIPLE, 16
 
@@ -292,6 +293,44 @@ def test_cpu_fp8_mxfp4_non_finite_hidden_row_is_a_route_error() -> None:
         layer.forward(x, ids, w, out=out)
     assert bool((out == 3.0).all())
 
+
+
+@pytest.mark.contract("s4.safe-fp8-inactive-row", "s6.inactive-rows-zero")
+def test_cpu_fp8_mxfp4_row_that_routes_nowhere_may_be_non_finite() -> None:
+    """A NaN/Inf hidden row with every slot masked is never consumed: no error now or at
+    ``check_errors``, its output row is ``+0.0`` bytes, and every other row is the same bits
+    as with that row finite."""
+    cfg = _mx_cfg()
+    w13, w2 = _weights(17)
+    layer = MoELayer(cfg, w13, w2, "cpu")
+    x, ids, w = _routes(18, 8, mask_p=0.0)
+    ids[3] = -1
+    w[3] = float("nan")
+    want = layer.warmup(x, ids, w).clone()
+    for junk in (float("nan"), float("inf"), float("-inf")):
+        bad = x.clone()
+        bad[3, 5] = junk
+        got = layer.forward(bad, ids, w)
+        layer.check_errors()
+        assert bool((got[3].view(torch.int16) == 0).all()), junk
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), junk
+
+
+@pytest.mark.parametrize("recipe", LAYER_RECIPES)
+def test_the_cpu_layers_workspaces_keep_their_guard_bytes(recipe) -> None:
+    """Issue 40 item 9: the guard bytes around the staging and layout workspaces' regions
+    survive warmup and forwards of changing routes (``tests.workspace_guards``); a byte
+    written into a guard is reported with its workspace."""
+    layer, _, _ = _layer(LayerConfig(E, K, H, INTER, C, recipe=recipe))
+    guards = fill_workspace_guards(layer)
+    for i, seed in enumerate((81, 82, 83)):
+        x, ids, w = _routes(seed, C - 3 * i, mask_p=0.3)
+        (layer.warmup if i == 0 else layer.forward)(x, ids, w)
+    assert guard_problems(guards) == []
+    stage = layer._stage_ws
+    stage.buffer[stage.regions["ids"].offset - 1] = 0  # planted: one byte before a region
+    assert guard_problems(guards) == [
+        f"staging workspace: 1 guard byte(s) written, first at byte {stage.regions['ids'].offset - 1}"]
 
 # ---------------------------------------------------------------- GEMM variants
 

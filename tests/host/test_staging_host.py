@@ -512,6 +512,32 @@ def test_safe_fp8_non_finite_input_row_is_a_route_error():
     assert torch.isnan(ws.scales[3]).all()
 
 
+
+@pytest.mark.contract("s4.safe-fp8-inactive-row")
+def test_a_safe_fp8_row_that_routes_nowhere_may_be_non_finite():
+    """A non-finite input row with every slot masked raises nothing and records nothing; the
+    same row with one active slot is the route error (the rule above); every other row is
+    staged as the oracle stages it."""
+    gen = torch.Generator().manual_seed(8)
+    ids, w = make_routes(gen, 5, 2, 4)
+    x = make_hidden(gen, 5, 64)
+    x[3, 7] = float("inf")
+    ids[3] = -1
+    w[3] = float("nan")
+    ws = _ws(StageFormat("safe_fp8"), c=8, k=2)
+    stage(ws, x, ids, w, num_experts=4)
+    assert not bool(ws.view("row_code").any()) and int(ws.view("status")[0]) == 0
+    assert ws.ids[3].tolist() == [-1, -1]
+    good = [0, 1, 2, 4]
+    exp = oracle_stage(ws.fmt, x[good], ids[good], w[good], len(good))
+    assert torch.equal(ws.ids[good], exp.ids)
+    assert torch.equal(ws.payload[good].view(torch.uint8), exp.payload.view(torch.uint8))
+    ids[3, 1] = 2
+    w[3, 1] = 0.5
+    with pytest.raises(RouteError) as info:
+        stage(ws, x, ids, w, num_experts=4)
+    assert (info.value.row, info.value.rule) == (3, "non_finite_input")
+
 def test_route_codes_agree_with_oracle_on_random_bad_routes():
     gen = torch.Generator().manual_seed(9)
     for _ in range(20):

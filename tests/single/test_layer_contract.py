@@ -419,6 +419,36 @@ def test_fp8_mxfp4_non_finite_hidden_row_is_a_route_error_eager_and_under_graphs
         layer.check_errors()
 
 
+
+@pytest.mark.contract("s4.safe-fp8-inactive-row", "s6.inactive-rows-zero")
+def test_fp8_mxfp4_hidden_row_that_routes_nowhere_may_be_non_finite_eager_and_under_graphs(
+        moe_backend, cuda_device) -> None:
+    """docs/contract.md s4: a row with no active slot is never consumed: NaN/Inf in it raise
+    nothing, eagerly, in a replay and at ``check_errors``; its output row is ``+0.0`` bytes and
+    every other row the same bits as with that row finite."""
+    require_features(moe_backend, "cuda_graphs", "out_buffer")
+    layer = build_layer(moe_backend, _spec("fp8_mxfp4", C), W13, W2, cuda_device)
+    x, ids, w = _routes(24, 12, 0.0, cuda_device)
+    ids[4] = -1
+    w[4] = float("nan")
+    want = _bits(layer.warmup(x, ids, w))
+    assert bool((want[4] == 0).all())
+    for junk in (float("nan"), float("inf"), float("-inf")):
+        bad = x.clone()
+        bad[4, 17] = junk
+        assert torch.equal(_bits(layer.forward(bad, ids, w)), want), junk
+    layer.check_errors()
+    out = torch.full((12, H), 3.0, dtype=torch.bfloat16, device=cuda_device)
+    graph, clean = _capture_clean(layer, x, ids, w, out)
+    assert torch.equal(_bits(clean), want)
+    for junk in (float("nan"), float("inf"), float("-inf")):
+        x[4, 17] = junk
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(_bits(out), want), junk
+    layer.check_errors()
+    layer.destroy()
+
 @pytest.mark.parametrize(("elem", "mode"), [("e5m2", "floor"), ("e4m3", "floor")])
 def test_mxfp8_other_element_and_scale_modes_meet_the_oracle(moe_backend, cuda_device, elem,
                                                              mode) -> None:

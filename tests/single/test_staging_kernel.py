@@ -364,6 +364,34 @@ def test_safe_fp8_kernel_non_finite_row_equals_torch_path(cuda_device):
         assert torch.equal(a, b)
 
 
+
+@pytest.mark.contract("s4.safe-fp8-inactive-row")
+@pytest.mark.parametrize("check", [True, False])
+def test_safe_fp8_kernel_row_that_routes_nowhere_may_be_non_finite(cuda_device, monkeypatch,
+                                                                   check):
+    """NaN/Inf input rows whose slots are all masked record nothing on the kernel path, as on
+    the Torch path, with checks on or off; every staged region equals the Torch path's."""
+    monkeypatch.setenv(ENV_VAR, "1" if check else "0")
+    gen = torch.Generator().manual_seed(9)
+    fmt = StageFormat("safe_fp8")
+    t, k, e, c, h = 40, 4, 16, 64, 1024
+    x = make_hidden(gen, t, h, device=cuda_device)
+    ids, w = make_routes(gen, t, k, e, device=cuda_device)
+    for row, junk in ((11, float("nan")), (30, float("-inf")), (39, float("inf"))):
+        x[row, 500] = junk
+        ids[row] = -1
+        w[row] = float("nan")
+    regions = []
+    for path in ("kernel", "torch"):
+        ws = _ws(fmt, c, k, h, cuda_device, torch.int64, torch.float32)
+        stage(ws, x, ids, w, num_experts=e, path=path)
+        assert ws.last_path == path
+        assert not bool(ws.view("row_code").any()) and int(ws.view("status")[0]) == 0, path
+        regions.append([ws.view(n)[:t].cpu().contiguous().view(torch.uint8)
+                        for n in ("ids", "scores", "payload", "scales", "row_code")])
+    for a, b in zip(regions[0], regions[1], strict=True):
+        assert torch.equal(a, b)
+
 @pytest.mark.contract("s3.nan-score-canonical")
 @pytest.mark.parametrize("score_dtype", SCORE_DTYPES)
 @pytest.mark.parametrize("check", [True, False])
