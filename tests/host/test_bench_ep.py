@@ -102,3 +102,65 @@ def test_achieved_bytes_per_second_of_an_exchange_arm_divide_bytes_sent() -> Non
     assert got["arm"] == "push" and got["unit"] == "B/s"
     assert got["value"] == pytest.approx(src.nbytes / median)
     assert got["ceiling_value"] == rec["ceilings"][0]["value"] > 0
+
+
+class _TurnWorld:
+    """One rank of a world of ``size``: records its barriers (the other ranks are not here,
+    so a barrier returns at once; what is checked is this rank's order of work)."""
+
+    def __init__(self, rank: int, size: int, events: list[str]) -> None:
+        self.rank, self.size, self.events = rank, size, events
+
+    def barrier(self, step: str = "barrier") -> None:
+        self.events.append("barrier")
+
+
+class _RefLayer:
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        events.append("build")
+
+    def warmup(self, x, ids, w):  # type: ignore[no-untyped-def]
+        return x
+
+    def destroy(self) -> None:
+        self.events.append("destroy")
+
+
+def _reference_order(monkeypatch, rank: int, size: int, ep1_output) -> list[str]:  # type: ignore[no-untyped-def]
+    """The events of rank ``rank`` while ``ep1_output`` computes its EP1 reference."""
+    import torch
+
+    events: list[str] = []
+    monkeypatch.setattr(el, "current_world", lambda: _TurnWorld(rank, size, events))
+    monkeypatch.setattr(el, "_layer", lambda case, ctx, ep: _RefLayer(events))
+    monkeypatch.setattr(el, "_release_cached", lambda device: events.append("release"))
+    x = torch.ones(2, 4)
+    ctx = type("Ctx", (), {"device": torch.device("cpu")})()
+    assert ep1_output(Case("gptoss-uniform-T16"), ctx, x, None, None) is x
+    return events
+
+
+@pytest.mark.parametrize("rank", [0, 2, 3])
+def test_the_ep_arms_check_builds_its_ep1_reference_in_its_turn_and_hands_its_memory_back(
+        monkeypatch, rank: int) -> None:  # type: ignore[no-untyped-def]
+    """The ranks of an emulated world share one GPU, each holding the EP1 arm's layer: the
+    check's reference layers (every expert) are built one rank at a time, rank r after r
+    barriers, and freed back to the device before the next turn (H100: P = 4 at once ran
+    out of memory)."""
+    events = _reference_order(monkeypatch, rank, 4, el._ep1_output)
+    assert events == ["barrier"] * rank + ["build", "destroy", "release"] + \
+        ["barrier"] * (4 - rank)
+
+
+def test_a_check_that_builds_every_ranks_reference_at_once_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The check above fails the way the benchmark was before (every rank at once)."""
+
+    def at_once(case, ctx, x, ids, w):  # type: ignore[no-untyped-def]
+        ref = el._layer(case, ctx, ep=False)
+        want = ref.warmup(x, ids, w)
+        ref.destroy()
+        return want
+
+    events = _reference_order(monkeypatch, 2, 4, at_once)
+    assert events != ["barrier"] * 2 + ["build", "destroy", "release"] + ["barrier"] * 2

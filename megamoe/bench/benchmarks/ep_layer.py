@@ -74,11 +74,32 @@ def _layer(case: Case, ctx: BuildContext, ep: bool):  # type: ignore[no-untyped-
 
 
 def _ep1_output(case: Case, ctx: BuildContext, x, ids, w) -> torch.Tensor:  # type: ignore[no-untyped-def]
-    """EP1's rows for this rank's inputs (a layer with every expert, built and destroyed)."""
-    ref = _layer(case, ctx, ep=False)
-    want = ref.warmup(x, ids, w)
-    ref.destroy()
+    """EP1's rows for this rank's inputs: a layer with every expert, built, run and destroyed
+    by one rank at a time, its memory handed back to the device before the next rank's turn.
+
+    In an emulated world the P ranks share one GPU and each already holds the EP1 arm's layer
+    and the shared weights, so P references at once do not fit (H100, 2026-12-05: ``ep_layer
+    --quick`` at P = 4 ran out of its 80 GB in this check, 20 GB a rank)."""
+    world = current_world()
+    want = None
+    for turn in range(world.size):
+        if turn == world.rank:
+            ref = _layer(case, ctx, ep=False)
+            want = ref.warmup(x, ids, w)
+            ref.destroy()
+            del ref
+            _release_cached(ctx.device)
+        world.barrier(f"ep_layer check: EP1 reference of rank {turn}")
+    assert want is not None
     return want
+
+
+def _release_cached(device: torch.device) -> None:
+    """Hand the memory this process freed back to the device (the caching allocator keeps
+    it otherwise, out of the other ranks' reach)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
 
 
 def _build(ep: bool):  # type: ignore[no-untyped-def]
