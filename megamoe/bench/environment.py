@@ -33,6 +33,19 @@ def _git(*args: str) -> str | None:
     return proc.stdout.strip()
 
 
+def checkout_commit() -> tuple[str | None, bool | str | None, str]:
+    """The commit a run measures, its dirty flag, and where both come from: the caller's
+    ``MEGAMOE_GIT_COMMIT`` (and ``MEGAMOE_GIT_DIRTY``, else ``"unknown"``) when set, as for
+    qualification records (the tree copied to a GPU machine may carry the git state of another
+    checkout: 2026-12-05, a run of a detached commit recorded ``main``'s), else this
+    checkout's git."""
+    named = os.environ.get("MEGAMOE_GIT_COMMIT")
+    if named:
+        return named, os.environ.get("MEGAMOE_GIT_DIRTY", "unknown"), "env"
+    status = _git("status", "--porcelain")
+    return _git("rev-parse", "HEAD"), None if status is None else bool(status), "git"
+
+
 def source_hash(root: Path = ROOT) -> str:
     """sha256 over the paths and bytes of every ``megamoe/**/*.py`` (identifies the code without git)."""
     h = hashlib.sha256()
@@ -55,15 +68,16 @@ def package_versions() -> dict[str, str | None]:
 
 def collect_environment(backend: Backend) -> dict[str, Any]:
     """Host, Python, package versions, torch's CUDA build, git commit, source hash, device state."""
-    status = _git("status", "--porcelain")
+    commit, dirty, source = checkout_commit()
     return {
         "host": platform.node(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "packages": package_versions(),
         "torch_cuda": torch.version.cuda,
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": None if status is None else bool(status),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "git_source": source,
         "source_sha256": source_hash(),
         "env": {k: os.environ[k] for k in _ENV_VARS if k in os.environ},
         "device_before": backend.describe(),

@@ -33,6 +33,15 @@ def _shape(shape: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in shape.items()) or "-"
 
 
+
+def _commit_line(env: dict[str, Any]) -> str:
+    """The commit, whether the tree was dirty, and who named it (``checkout_commit``)."""
+    dirty = env.get("git_dirty")
+    flag = " (dirty)" if dirty is True else (f" (dirty: {dirty})" if isinstance(dirty, str) else "")
+    named = " (named by MEGAMOE_GIT_COMMIT)" if env.get("git_source") == "env" else ""
+    return f"{env['git_commit'] or 'unknown'}{flag}{named}"
+
+
 def _device_line(dev: Mapping[str, Any]) -> str:
     parts = [str(dev.get("name")), str(dev.get("capability", dev.get("kind", "")))]
     state = dev.get("state") or {}
@@ -57,7 +66,7 @@ def render_markdown(record: Mapping[str, Any]) -> str:
         f"- device after: {_device_line(env['device_after'])}",
         f"- ranks: {record['ranks']['mode']}, world size {record['ranks']['world_size']}",
         f"- torch {env['packages'].get('torch')} (CUDA {env.get('torch_cuda')}), python {env['python']}, "
-        f"commit {env['git_commit'] or 'unknown'}{' (dirty)' if env.get('git_dirty') else ''}, "
+        f"commit {_commit_line(env)}, "
         f"source sha256 {env['source_sha256'][:12]}",
         f"- protocol: {proto['rounds']} rounds x {proto['pairs']} AB/BA pairs per comparison, "
         f"{proto['calls_per_sample']} calls per sample ({'CUDA graph' if proto['graph'] else 'eager'}), "

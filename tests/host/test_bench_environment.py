@@ -86,3 +86,30 @@ def test_source_hash_changes_when_a_source_file_changes(tmp_path: Path) -> None:
 def test_unknown_device_kind_is_rejected(kind: str) -> None:
     with pytest.raises(ValueError, match="device"):
         device_mod.default_backend(kind)
+
+
+def test_the_caller_names_the_commit_a_run_measures(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``MEGAMOE_GIT_COMMIT`` (and ``MEGAMOE_GIT_DIRTY``) win over the checkout's git, as for
+    qualification records: a tree copied to a GPU machine may carry another checkout's git
+    state (a detached commit's run recorded ``main``'s commit). The report says who named it."""
+    from megamoe.bench.report import _commit_line
+
+    monkeypatch.setenv("MEGAMOE_GIT_COMMIT", "c" * 40)
+    monkeypatch.delenv("MEGAMOE_GIT_DIRTY", raising=False)
+    env = collect_environment(HostBackend())
+    assert (env["git_commit"], env["git_dirty"], env["git_source"]) == ("c" * 40, "unknown", "env")
+    assert _commit_line(env) == "c" * 40 + " (dirty: unknown) (named by MEGAMOE_GIT_COMMIT)"
+    monkeypatch.setenv("MEGAMOE_GIT_DIRTY", "false")
+    assert collect_environment(HostBackend())["git_dirty"] == "false"
+    monkeypatch.delenv("MEGAMOE_GIT_COMMIT")
+    env = collect_environment(HostBackend())
+    assert env["git_source"] == "git" and env["git_commit"] != "c" * 40
+    assert "named by" not in _commit_line(env)
+
+
+def test_a_clean_checkouts_commit_line_says_nothing_of_dirt() -> None:
+    from megamoe.bench.report import _commit_line
+
+    assert _commit_line({"git_commit": "a" * 40, "git_dirty": False, "git_source": "git"}) == "a" * 40
+    assert _commit_line({"git_commit": "a" * 40, "git_dirty": True}) == "a" * 40 + " (dirty)"
+    assert _commit_line({"git_commit": None, "git_dirty": None}) == "unknown"
