@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["tests.harness.backend_plugin", "tests.harness.compile_clock"]
+pytest_plugins = ["tests.harness.backend_plugin", "tests.harness.compile_clock",
+                  "tests.harness.compile_groups"]
 
 _SLOW_CHECKS = [HealthCheck.too_slow, HealthCheck.data_too_large]
 

@@ -39,6 +39,8 @@ from tests.mxfp4_case import make_mxfp4_case
 
 BF16_TOL = 0.01  # docs/contract.md s8 (the GEMM alone: bf16 operands, float32 accumulation)
 CFG_IDS = [c.name for c in MXFP4_CONFIGS]
+COMPILE_GROUP_PARAMS = ("cfg",)
+"""The variant chooses the kernels a test compiles (``tests.harness.compile_groups``)."""
 SHAPES = {"swiglu": (640, 256), "plain": (576, 384)}  # (K, N): K spans > stages k tiles
 
 
