@@ -56,6 +56,9 @@ class QualifyArgs:
     parts: tuple[str, ...] | None = None
     """``--parts`` of a seed suite (``tests.harness.seed_suite.PARTS``), or None: every part.
     The ledger's seed-suite lines join parts run in several records (``ledger.seed_parts``)."""
+    group_compiles: bool = False
+    """``--group-compiles`` (``--workers`` > 1): the xdist phase sends the tests that compile
+    the same kernels to one worker (``tests.harness.compile_groups``)."""
     wall_budget: float | None = None
     """``--wall-budget``: seconds for the whole run, or None: no bound but ``--timeout``'s.
     Every suite and phase gets at most what is left of it (``suite_run.within_budget``), so
@@ -82,6 +85,7 @@ class QualifyArgs:
             "sanitizers_beside": self.sanitizers_beside,
             "parts": list(self.parts) if self.parts is not None else None,
             "wall_budget": self.wall_budget,
+            "group_compiles": self.group_compiles,
         }
 
 
@@ -144,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="--suite gpu with --workers > 1: run the four sanitizer tools beside "
                     "single's xdist phase (which holds no timing test), then single's timing and "
                     "alone tests with the GPU alone; the neighbour watch covers that last phase")
+    ap.add_argument("--group-compiles", action="store_true",
+                    help="with --workers > 1: run the xdist phase with --dist loadgroup, so the "
+                    "tests of a module that names its kernel-choosing parameters "
+                    "(COMPILE_GROUP_PARAMS) share one worker per kernel variant and compile it "
+                    "once (tests.harness.compile_groups)")
     ap.add_argument("--parts", metavar="P[,P]",
                     help=f"a seed suite ({', '.join(SEED_SUITES)}): run only these of its parts "
                     f"({', '.join(SEED_PARTS)}; default all), so that a suite longer than one "
@@ -193,6 +202,9 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
         ap.error("--sanitizers-beside: only for --suite gpu with --workers 2 or more (the "
                  f"tools run beside single's xdist phase), got --suite {ns.suite} --workers "
                  f"{ns.workers}")
+    if ns.group_compiles and ns.workers < 2:
+        ap.error(f"--group-compiles: only with --workers 2 or more (it groups the xdist "
+                 f"phase's tests), got --workers {ns.workers}")
     parts = None
     if ns.parts is not None:
         if ns.suite not in SEED_SUITES:
@@ -206,4 +218,4 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
     return QualifyArgs(ns.suite, ns.output_dir, ns.world_size, ns.mode, ns.filter, ns.timeout,
                        ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers, shard,
                        ns.backend, ns.mutants, tiers, ns.moe_backend, ns.sanitizers_beside, parts,
-                       ns.wall_budget)
+                       ns.group_compiles, ns.wall_budget)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from megamoe.backends.api import NOT_OFFERED
 from tests.harness.contract_map import CONTRACT, collect_marks, doc_rules
+from tests.harness.junit import case_id
 
 PASS, FAIL, NOT_RUN = "pass", "fail", "not run"
 BACKEND_TEST_DIRS = ("tests/property", "tests/single", "tests/multi")
@@ -56,7 +57,7 @@ def junit_results(paths: Iterable[Path]) -> list[CaseResult]:
     out = []
     for path in paths:
         for case in ET.parse(path).getroot().iter("testcase"):
-            key = f"{case.get('classname', '')}::{case.get('name', '')}"
+            key = case_id(case)
             for tag, status in (("error", "error"), ("failure", "fail"), ("skipped", "skipped")):
                 el = case.find(tag)
                 if el is not None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.harness.group_names import plain_nodeid
 from tests.harness.json_fields import json_fields
 
 
@@ -44,9 +45,10 @@ class JUnitCounts:
 
 
 def case_id(case: ET.Element) -> str:
-    """A testcase's id, ``classname::name``."""
+    """A testcase's id, ``classname::name`` (without a compile group's suffix:
+    ``tests.harness.group_names.plain_nodeid``)."""
     classname = case.get("classname", "")
-    name = case.get("name", "")
+    name = plain_nodeid(case.get("name", ""))
     return f"{classname}::{name}" if classname else name
 
 

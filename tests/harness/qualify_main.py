@@ -277,7 +277,8 @@ def main(
         return EXIT_PREFLIGHT
     ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size,
                      args.mode or "", neighbour_watch, args.workers, args.shard,
-                     args.backend or "", args.mutants, args.mutant_tiers, deadline=deadline)
+                     args.backend or "", args.mutants, args.mutant_tiers,
+                     group_compiles=args.group_compiles, deadline=deadline)
     with terminate_groups_on_signals(), moe_backend_env(str(args.moe_backend)):
         runs = execute(plan, lambda name, tool, beside=None: run_one(
             name, tool, within_budget(dataclasses.replace(ctx, beside=beside)), suites,

@@ -1,11 +1,13 @@
 """pytest plugin for ``qualify.py --shard I/N`` (``tests.harness.shard``): keeps the collected
-tests of shard ``I`` and reports the others as deselected. Loaded with ``-p
+tests of shard ``I`` and reports the others as deselected (by their node ids without a
+compile group's suffix: ``tests.harness.group_names``). Loaded with ``-p
 tests.harness.shard_plugin`` only for a sharded run."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.harness.group_names import plain_nodeid
 from tests.harness.shard import SHARD_OPTION, in_shard, parse_shard
 
 
@@ -22,7 +24,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     shard = parse_shard(text)
     keep, drop = [], []
     for item in items:
-        (keep if in_shard(item.nodeid, shard) else drop).append(item)
+        (keep if in_shard(plain_nodeid(item.nodeid), shard) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep

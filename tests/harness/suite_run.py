@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.harness.gpu_neighbours import NeighbourReport, NeighbourWatch, judge_exclusive
+from tests.harness.group_names import DIST_ARGS
 from tests.harness.json_fields import json_fields
 from tests.harness.junit import JUnitCounts, case_ids, parse_junit, parse_many
 from tests.harness.runner import run_process
@@ -72,6 +73,8 @@ class RunContext:
     beside: Callable[[], object] | None = None
     """Work to run beside an exclusive suite's xdist phase (``--sanitizers-beside``: the
     sanitizer tools); ``run_split`` starts it with that phase and waits for it."""
+    group_compiles: bool = False
+    """``--group-compiles``: ``run_split``'s xdist phase runs under ``--dist loadgroup``."""
     deadline: float | None = None
     """``--wall-budget``'s end on ``time.monotonic()``'s clock, or None (``within_budget``)."""
 
@@ -211,7 +214,8 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
     t0 = time.monotonic()
     waited = 0.0
     runs: list[SuiteRun] = []
-    phases = (("parallel", f"not {ONE_PROCESS}", ("-n", str(ctx.workers))),
+    grouped = DIST_ARGS if ctx.group_compiles else ()
+    phases = (("parallel", f"not {ONE_PROCESS}", ("-n", str(ctx.workers), *grouped)),
               ("alone", ONE_PROCESS, ()))
     names = tuple(name for name, _, _ in phases)
     for name, mark, extra in phases:
