@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.group_names import group_name, plain_nodeid
+from tests.harness.group_names import group_name
 
 PARAMS_ATTRIBUTE = "COMPILE_GROUP_PARAMS"
 """The module attribute naming the parameters that choose a test's kernels."""
@@ -63,18 +63,21 @@ class SuffixRepair:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
                                       items: list[pytest.Item]) -> None:
-        if not config.getvalue("loadgroup"):
+        if not getattr(config.option, "loadgroup", False):  # set in xdist's workers only
             return
-        from _pytest.nodes import NodeId  # pytest 9.2's structured id (private)
-
         for item in items:
             groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                              for m in item.iter_markers("xdist_group")})
-            if not groups or plain_nodeid(item.nodeid) != item.nodeid or "@" in item.nodeid:
-                continue
-            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")  # type: ignore[attr-defined]
+            suffix = f"@{'_'.join(groups)}"  # what xdist appends
+            if not groups or item.nodeid.endswith(suffix):
+                continue  # ungrouped, or xdist's suffix took (pytest 9.1 and older)
+            try:
+                from _pytest.nodes import NodeId  # pytest 9.2's structured id (private)
+            except ImportError:
+                return
+            item._id = NodeId.parse(item.nodeid + suffix)  # type: ignore[attr-defined]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if getattr(config.option, "loadgroup", False) or config.getvalue("dist") == "loadgroup":
+    if getattr(config.option, "dist", None) == "loadgroup" or getattr(config.option, "loadgroup", False):
         config.pluginmanager.register(SuffixRepair(), "megamoe-loadgroup-suffix-repair")
