@@ -79,5 +79,6 @@ class SuffixRepair:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if getattr(config.option, "dist", None) == "loadgroup" or getattr(config.option, "loadgroup", False):
+    option = config.option
+    if getattr(option, "dist", None) == "loadgroup" or getattr(option, "loadgroup", False):
         config.pluginmanager.register(SuffixRepair(), "megamoe-loadgroup-suffix-repair")
