@@ -36,11 +36,7 @@ END = "<!-- contract-map: end -->"
 RULE = re.compile(r"\*\*(s\d+\.[a-z0-9-]+)\*\*")
 PENDING: dict[str, str] = {}
 """Rules without a test on main yet, and why (module docstring)."""
-GAPS: dict[str, str] = {
-    "s5.weighting": "the oracle's known answers and the CPU layer's stages tell early from "
-                    "late apart for every recipe; the kernels' stages are read by a single-tier "
-                    "test that has not run on a GPU yet (issue 40 item 3)",
-}
+GAPS: dict[str, str] = {}
 """Rules with tests and a known gap, shown in the table (module docstring of docs/contract.md)."""
 TIERS = {"tests/host": "host", "tests/property": "property", "tests/single": "single",
          "tests/multi": "multi"}
