@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from megamoe.layer import MoELayer
-from megamoe.workspace import GUARD_BYTES
+from megamoe.workspace import GUARD_BYTES, region_mask
 
 __all__ = ["GUARD_FILL", "WorkspaceGuards", "fill_workspace_guards", "guard_problems"]
 
@@ -24,13 +24,6 @@ class WorkspaceGuards:
     outside: dict[str, tuple[torch.Tensor, torch.Tensor]]
 
 
-def _mask(buffer: torch.Tensor, spans) -> torch.Tensor:  # type: ignore[no-untyped-def]
-    inside = torch.zeros(buffer.numel(), dtype=torch.bool, device=buffer.device)
-    for offset, nbytes in spans:
-        inside[offset : offset + nbytes] = True
-    return ~inside
-
-
 def fill_workspace_guards(layer: MoELayer) -> WorkspaceGuards:
     """Fill the whole buffer of the layer's staging and layout workspaces (regions too: a
     workspace may hold anything before a warmup) with ``GUARD_FILL``; fails when a workspace
@@ -39,7 +32,8 @@ def fill_workspace_guards(layer: MoELayer) -> WorkspaceGuards:
     stage, lay = layer._stage_ws, layer._layout_ws
     outside = {
         "staging": (stage.buffer, ~stage.region_mask()),
-        "layout": (lay.buffer, _mask(lay.buffer, lay.regions().values())),
+        "layout": (lay.buffer, ~region_mask(lay._regions.values(), lay.buffer.numel(),
+                                            lay.buffer.device)),
     }
     for name, (buffer, mask) in outside.items():
         edges = torch.cat((mask[:GUARD_BYTES], mask[-GUARD_BYTES:]))

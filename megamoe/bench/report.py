@@ -33,7 +33,6 @@ def _shape(shape: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in shape.items()) or "-"
 
 
-
 def _commit_line(env: dict[str, Any]) -> str:
     """The commit, whether the tree was dirty, and who named it (``checkout_commit``)."""
     dirty = env.get("git_dirty")

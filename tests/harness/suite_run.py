@@ -484,6 +484,7 @@ def run_sanitize(coverage: SanitizerCoverage, ctx: RunContext, exe: str) -> Suit
     t0 = time.monotonic()
     deadline = t0 + ctx.timeout if ctx.timeout else None
     tool_dir = ctx.out_dir / f"sanitize-{coverage.tool}"
+
     def progress(case, done: int, total: int) -> None:  # type: ignore[no-untyped-def]
         print(f"qualify.py: sanitize {coverage.tool} {done}/{total}: "
               f"{'ok  ' if case.ok else 'FAIL'} {case.case} ({case.reason})", flush=True)

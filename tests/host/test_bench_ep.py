@@ -141,6 +141,12 @@ def _reference_order(monkeypatch, rank: int, size: int, ep1_output) -> list[str]
     return events
 
 
+def _in_turn(rank: int, size: int) -> list[str]:
+    """Rank ``rank``'s work in turn: ``rank`` barriers, its reference built, destroyed and its
+    memory released, then the remaining barriers."""
+    return ["barrier"] * rank + ["build", "destroy", "release"] + ["barrier"] * (size - rank)
+
+
 @pytest.mark.parametrize("rank", [0, 2, 3])
 def test_the_ep_arms_check_builds_its_ep1_reference_in_its_turn_and_hands_its_memory_back(
         monkeypatch, rank: int) -> None:  # type: ignore[no-untyped-def]
@@ -148,9 +154,7 @@ def test_the_ep_arms_check_builds_its_ep1_reference_in_its_turn_and_hands_its_me
     check's reference layers (every expert) are built one rank at a time, rank r after r
     barriers, and freed back to the device before the next turn (H100: P = 4 at once ran
     out of memory)."""
-    events = _reference_order(monkeypatch, rank, 4, el._ep1_output)
-    assert events == ["barrier"] * rank + ["build", "destroy", "release"] + \
-        ["barrier"] * (4 - rank)
+    assert _reference_order(monkeypatch, rank, 4, el._ep1_output) == _in_turn(rank, 4)
 
 
 def test_a_check_that_builds_every_ranks_reference_at_once_is_caught(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -163,4 +167,5 @@ def test_a_check_that_builds_every_ranks_reference_at_once_is_caught(monkeypatch
         return want
 
     events = _reference_order(monkeypatch, 2, 4, at_once)
-    assert events != ["barrier"] * 2 + ["build", "destroy", "release"] + ["barrier"] * 2
+    assert events == ["build", "destroy"]  # before ranks 0 and 1 are done, never handed back
+    assert events != _in_turn(2, 4)

@@ -294,7 +294,6 @@ def test_cpu_fp8_mxfp4_non_finite_hidden_row_is_a_route_error() -> None:
     assert bool((out == 3.0).all())
 
 
-
 @pytest.mark.contract("s4.safe-fp8-inactive-row", "s6.inactive-rows-zero")
 def test_cpu_fp8_mxfp4_row_that_routes_nowhere_may_be_non_finite() -> None:
     """A NaN/Inf hidden row with every slot masked is never consumed: no error now or at

@@ -512,7 +512,6 @@ def test_safe_fp8_non_finite_input_row_is_a_route_error():
     assert torch.isnan(ws.scales[3]).all()
 
 
-
 @pytest.mark.contract("s4.safe-fp8-inactive-row")
 def test_a_safe_fp8_row_that_routes_nowhere_may_be_non_finite():
     """A non-finite input row with every slot masked raises nothing and records nothing; the
@@ -537,6 +536,7 @@ def test_a_safe_fp8_row_that_routes_nowhere_may_be_non_finite():
     with pytest.raises(RouteError) as info:
         stage(ws, x, ids, w, num_experts=4)
     assert (info.value.row, info.value.rule) == (3, "non_finite_input")
+
 
 def test_route_codes_agree_with_oracle_on_random_bad_routes():
     gen = torch.Generator().manual_seed(9)

@@ -24,14 +24,14 @@ from tests.multi.ep_world import (
 
 TIMEOUT_S = 2.0
 SLACK_S = 20.0
+"""What a timed-out forward may take beyond the timeout: its other steps, the host read of
+the status word, and in the emulated world the time slices of the other processes."""
 LATE_S = 8.0
 """How late the late peer of the in-bound test is: long enough for thousands of polls of the
 clock by every waiting rank, the other processes time-slicing the GPU."""
 LATE_BOUND_S = 60.0
 """That test's world timeout: far above ``LATE_S``, so only a wait that counts time wrong
 (``signal_kernel.elapsed_ns``) expires."""
-"""What a timed-out forward may take beyond the timeout: its other steps, the host read of
-the status word, and in the emulated world the time slices of the other processes."""
 
 
 def _warm_layer(world, seed: int, timeout_s: float = TIMEOUT_S):  # type: ignore[no-untyped-def]

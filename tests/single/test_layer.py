@@ -116,8 +116,6 @@ def test_sanitizer_case_layer_small(cuda_device, recipe, c) -> None:
     layer.destroy()
 
 
-
-
 @pytest.mark.contract("s2.check-routes-switch")
 @pytest.mark.parametrize("recipe", LAYER_RECIPES)
 def test_a_layer_warmed_up_with_checks_off_computes_bad_routes_eagerly_and_captured(

@@ -419,7 +419,6 @@ def test_fp8_mxfp4_non_finite_hidden_row_is_a_route_error_eager_and_under_graphs
         layer.check_errors()
 
 
-
 @pytest.mark.contract("s4.safe-fp8-inactive-row", "s6.inactive-rows-zero")
 def test_fp8_mxfp4_hidden_row_that_routes_nowhere_may_be_non_finite_eager_and_under_graphs(
         moe_backend, cuda_device) -> None:
@@ -448,6 +447,7 @@ def test_fp8_mxfp4_hidden_row_that_routes_nowhere_may_be_non_finite_eager_and_un
         assert torch.equal(_bits(out), want), junk
     layer.check_errors()
     layer.destroy()
+
 
 @pytest.mark.parametrize(("elem", "mode"), [("e5m2", "floor"), ("e4m3", "floor")])
 def test_mxfp8_other_element_and_scale_modes_meet_the_oracle(moe_backend, cuda_device, elem,

@@ -364,7 +364,6 @@ def test_safe_fp8_kernel_non_finite_row_equals_torch_path(cuda_device):
         assert torch.equal(a, b)
 
 
-
 @pytest.mark.contract("s4.safe-fp8-inactive-row")
 @pytest.mark.parametrize("check", [True, False])
 def test_safe_fp8_kernel_row_that_routes_nowhere_may_be_non_finite(cuda_device, monkeypatch,
@@ -391,6 +390,7 @@ def test_safe_fp8_kernel_row_that_routes_nowhere_may_be_non_finite(cuda_device, 
                         for n in ("ids", "scores", "payload", "scales", "row_code")])
     for a, b in zip(regions[0], regions[1], strict=True):
         assert torch.equal(a, b)
+
 
 @pytest.mark.contract("s3.nan-score-canonical")
 @pytest.mark.parametrize("score_dtype", SCORE_DTYPES)
