@@ -120,10 +120,6 @@ def init_world(mode: str | None = None, backend: str | None = None, *,
     mode, backend = resolve(mode, backend, local_size, gpus)
     device = choose_device(mode, local_rank, local_size, gpus)
     info = WorldInfo(rank, size, mode, backend, device, resolve_timeout(timeout_s))
-    if backend == "nvshmem":
-        from megamoe.comm.nvshmem_world import check_shared_gpu
-
-        check_shared_gpu(mode)
     apply_no_multicast_env()
     if mode == "emulated":
         from megamoe.comm.torch_symm_world import OVERLAPPING_DEVICES_ENV

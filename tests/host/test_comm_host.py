@@ -80,15 +80,13 @@ def test_a_world_the_machine_cannot_serve_is_refused_before_anything_starts() ->
     assert launch.resolve(None, None, 2, 2) == ("real", "torch_symm")
 
 
-def test_an_emulated_nvshmem_world_is_refused_until_probed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from megamoe.comm.nvshmem_world import SHARED_GPU_ENV, check_shared_gpu
-
-    monkeypatch.delenv(SHARED_GPU_ENV, raising=False)
-    with pytest.raises(ConfigError, match=re.escape("several PEs on one GPU")):
-        check_shared_gpu("emulated")
-    check_shared_gpu("real")
-    monkeypatch.setenv(SHARED_GPU_ENV, "1")
-    check_shared_gpu("emulated")
+def test_an_emulated_nvshmem_world_is_served_like_torch_symm() -> None:
+    """The whole multi tier passed in an emulated nvshmem world (megamoe.comm.nvshmem_world):
+    the launcher takes it as it takes torch_symm's, and a CPU world still refuses it."""
+    assert launch.resolve("emulated", "nvshmem", 2, 1) == ("emulated", "nvshmem")
+    assert launch.resolve("emulated", "torch_symm", 2, 1) == ("emulated", "torch_symm")
+    with pytest.raises(ConfigError, match=r"^backend: expected one of"):
+        launch.resolve("cpu", "nvshmem", 2, 0)
 
 
 def test_symmetric_regions_are_aligned_guarded_and_tabled() -> None:

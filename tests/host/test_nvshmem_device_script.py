@@ -17,14 +17,13 @@ from tests.host.test_device_qualify_script import DEVICE_FILE_LIMIT, _files
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "devtools" / "nvshmem_device.sh"
 FAKE_QUALIFY = """
-import json, os, sys
+import json, sys
 from pathlib import Path
 args = sys.argv[1:]
 out = Path(args[args.index("--output-dir") + 1])
 out.mkdir(parents=True)
 (out / "qualification.json").write_text(json.dumps(
-    {"suggested_record_name": "20261205T000000Z_multi_abc.json", "argv": args,
-     "shared_gpu": os.environ.get("MEGAMOE_NVSHMEM_SHARED_GPU")}))
+    {"suggested_record_name": "20261205T000000Z_multi_abc.json", "argv": args}))
 (out / "summary.md").write_text("# Qualification: PASS\\n")
 """
 
@@ -54,7 +53,6 @@ def _argv(out: Path) -> list[str]:
         member = tar.extractfile("./multi/qualification.json")
         assert member is not None
         rec = json.loads(member.read())
-    assert rec["shared_gpu"] == "1"  # the opt-in that lets megamoe.comm try it
     return rec["argv"]
 
 

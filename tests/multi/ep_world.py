@@ -158,10 +158,19 @@ def check_failure(work) -> str | None:  # type: ignore[no-untyped-def]
     return None
 
 
+SUB_WORLD_BACKEND = {"nvshmem": "torch_symm"}
+"""The backend of the smaller sub-worlds where it differs from the world's: NVSHMEM runs once
+per process over every rank of the world (``megamoe.comm.process_runtime``; a world over a
+block of ranks would need NVSHMEM teams, which ``NvshmemWorld`` does not make), so in an
+nvshmem world the invariance test compares the nvshmem world of P ranks with torch symmetric
+memory worlds of the sizes below it."""
+
+
 @dataclass
 class SubWorlds:
     """Worlds over blocks of consecutive ranks, one per size that divides P (module
-    docstring of ``tests.multi.conftest``)."""
+    docstring of ``tests.multi.conftest``); the smaller ones on ``SUB_WORLD_BACKEND``'s
+    backend where it names the world's."""
 
     worlds: dict[int, World]
 
@@ -180,7 +189,8 @@ class SubWorlds:
                 group = dist.new_group(ranks, backend="gloo")
                 if world.rank in ranks:
                     mine = group
-            info = WorldInfo(world.rank % size, size, world.mode, world.backend, world.device,
+            backend = SUB_WORLD_BACKEND.get(world.backend, world.backend)
+            info = WorldInfo(world.rank % size, size, world.mode, backend, world.device,
                              world.timeout_s)
             worlds[size] = make_world(info, mine)
         return cls(worlds)
