@@ -39,6 +39,9 @@
 # sanitize: the compute-sanitizer tools (tests.suites.SANITIZER_TOOLS) in parallel, each
 # under MEGAMOE_SANITIZE_TIMEOUT s (default 420; session 32: racecheck passed 280 s with 15
 # cases, the other three finished inside it).
+# MEGAMOE_QUALIFY_EXTRA: options added to every qualify.py run of the call, e.g.
+# `MEGAMOE_QUALIFY_EXTRA=--share-compiles bash devtools/device_qualify.sh single 1/3` (each
+# kernel compiled once in the run, docs/qualification.md; the record says so).
 # Every qualify.py run gets --wall-budget: what is left until MEGAMOE_CALL_END (epoch seconds;
 # default: this script's start + 570 s, the device call's 600 s less the archive and the copy
 # back), so that a run past it still ends, writes its record and brings its logs back (gpu 1/3
@@ -48,8 +51,13 @@ set -u
 : "${MEGAMOE_CALL_END:=$(( $(date +%s) + 570 ))}"
 # seconds left until MEGAMOE_CALL_END, at least 1 (a run past it starts, and times out at once)
 budget() { local left=$(( MEGAMOE_CALL_END - $(date +%s) )); echo $(( left > 1 ? left : 1 )); }
-# qualify.py under what is left of the call
-qualify() { python3 qualify.py --wall-budget "$(budget)" "$@"; }
+# qualify.py under what is left of the call, with MEGAMOE_QUALIFY_EXTRA's options (words, e.g.
+# "--share-compiles") added to every run
+qualify() {
+  local extra=()
+  read -r -a extra <<< "${MEGAMOE_QUALIFY_EXTRA:-}"
+  python3 qualify.py --wall-budget "$(budget)" "${extra[@]}" "$@"
+}
 what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P [PARTS]] | gpu [I/N]}
 source "$(dirname "$0")/gpu_lock.sh"  # one device script at a time (exit 3 beside another)
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }

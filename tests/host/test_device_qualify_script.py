@@ -320,3 +320,18 @@ def test_runs_sharing_one_call_share_its_end(tmp_path) -> None:
     rc, out = _run(tmp_path, "multi", tool="2", out_name="past",
                    env_extra={"MEGAMOE_CALL_END": str(int(time.time()) - 50)})
     assert rc == 0 and _budget(out) == [1.0]
+
+
+@pytest.mark.parametrize(("what", "tool"), [("single", "1/3"), ("sanitize", None),
+                                            ("multi", "2"), ("seed", "mega_sm107")])
+def test_extra_options_reach_every_run(tmp_path, what, tool) -> None:
+    """``MEGAMOE_QUALIFY_EXTRA``: its words are added to every qualify.py run of the call
+    (to measure ``--share-compiles`` on the device); without it the runs get none."""
+    rc, out = _run(tmp_path, what, tool=tool, out_name="with",
+                   env_extra={"MEGAMOE_QUALIFY_EXTRA": "--share-compiles --group-compiles"})
+    argvs = [json.loads(rec.read_text())["argv"] for rec in (out / "records").iterdir()]
+    assert rc == 0 and argvs
+    assert all("--share-compiles" in a and "--group-compiles" in a for a in argvs), argvs
+    rc, out = _run(tmp_path, what, tool=tool, out_name="without")
+    argvs = [json.loads(rec.read_text())["argv"] for rec in (out / "records").iterdir()]
+    assert rc == 0 and argvs and not any("--share-compiles" in a for a in argvs), argvs
