@@ -59,6 +59,10 @@ class QualifyArgs:
     group_compiles: bool = False
     """``--group-compiles`` (``--workers`` > 1): the xdist phase sends the tests that compile
     the same kernels to one worker (``tests.harness.compile_groups``)."""
+    share_compiles: bool = False
+    """``--share-compiles``: every process of the run compiles a kernel only where no other
+    has compiled it yet (``tests.harness.compile_share``: the DSL's file cache in a fresh
+    directory of the run's own)."""
     wall_budget: float | None = None
     """``--wall-budget``: seconds for the whole run, or None: no bound but ``--timeout``'s.
     Every suite and phase gets at most what is left of it (``suite_run.within_budget``), so
@@ -86,6 +90,7 @@ class QualifyArgs:
             "parts": list(self.parts) if self.parts is not None else None,
             "wall_budget": self.wall_budget,
             "group_compiles": self.group_compiles,
+            "share_compiles": self.share_compiles,
         }
 
 
@@ -153,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "tests of a module that names its kernel-choosing parameters "
                     "(COMPILE_GROUP_PARAMS) share one worker per kernel variant and compile it "
                     "once (tests.harness.compile_groups)")
+    ap.add_argument("--share-compiles", action="store_true",
+                    help="every process of the run (xdist workers, ranks, sanitized cases) "
+                    "loads a kernel another has compiled instead of compiling it again: the "
+                    "CuTe DSL's own file cache, keyed by its module hash, in a fresh directory "
+                    "removed at the end of the run (tests.harness.compile_share; default off: "
+                    "every process compiles what it launches)")
     ap.add_argument("--parts", metavar="P[,P]",
                     help=f"a seed suite ({', '.join(SEED_SUITES)}): run only these of its parts "
                     f"({', '.join(SEED_PARTS)}; default all), so that a suite longer than one "
@@ -218,4 +229,5 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
     return QualifyArgs(ns.suite, ns.output_dir, ns.world_size, ns.mode, ns.filter, ns.timeout,
                        ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers, shard,
                        ns.backend, ns.mutants, tiers, ns.moe_backend, ns.sanitizers_beside, parts,
-                       ns.group_compiles, ns.wall_budget)
+                       group_compiles=ns.group_compiles, share_compiles=ns.share_compiles,
+                       wall_budget=ns.wall_budget)

@@ -7,7 +7,9 @@ full single-GPU verdict in a few minutes is judged on): which modules and which 
 of a kernel (compilation happens inside the first test that launches it) dominate, and how
 far the sum of test times is above the wall time (how well the workers overlap). Where
 the tests report it (``tests.harness.compile_clock``: the JUnit properties ``compile_s`` and
-``compiles``), it also sums the seconds spent compiling kernels, in all and per module.
+``compiles``), it also sums the seconds spent compiling kernels, in all and per module, and
+where compiles were shared (``tests.harness.compile_share``: ``compile_hits``) how many the
+shared cache served.
 
 pytest writes each test's setup, call and teardown seconds as one ``time`` attribute; a
 test without one counts 0. ``python -m tests.harness.time_profile REPORT.xml ...`` prints
@@ -32,6 +34,9 @@ COMPILE_S = "compile_s"
 COMPILES = "compiles"
 """The JUnit property ``compile_clock`` writes: how many times the test called
 ``cute.compile``."""
+COMPILE_HITS = "compile_hits"
+"""The JUnit property ``compile_share`` writes: how many of the test's compiles the run's
+shared cache served (written only where compiles are shared)."""
 SLOWEST = 25
 """How many of the slowest tests a record keeps."""
 MODULES = 20
@@ -54,6 +59,9 @@ class TimeProfile:
     """Seconds those tests spent compiling kernels."""
     compile_modules: tuple[tuple[str, float, int], ...] = ()
     """(module, compile seconds, compiles), longest first, at most ``MODULES``."""
+    compile_hits: int = 0
+    """How many compiles the run's shared cache served (``compile_share``; 0 when not
+    shared)."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -65,6 +73,7 @@ class TimeProfile:
             "compile_s": self.compile_s,
             "compile_modules": [{"module": m, "s": s, "compiles": n}
                                 for m, s, n in self.compile_modules],
+            "compile_hits": self.compile_hits,
         }
 
 
@@ -86,6 +95,17 @@ def _compile_clock(case: ET.Element) -> tuple[float, int] | None:
         return None
 
 
+def _compile_hits(case: ET.Element) -> int:
+    """The case's ``compile_hits`` property, or 0 without it."""
+    for p in case.iter("property"):
+        if p.get("name") == COMPILE_HITS:
+            try:
+                return max(0, int(p.get("value") or 0))
+            except ValueError:
+                return 0
+    return 0
+
+
 def time_profile(paths: Iterable[Path], slowest: int = SLOWEST,
                  modules: int = MODULES) -> TimeProfile:
     """The profile over every test case of ``paths`` (reports that do not exist are
@@ -93,6 +113,7 @@ def time_profile(paths: Iterable[Path], slowest: int = SLOWEST,
     times: list[tuple[str, float]] = []
     per_module: dict[str, list[float]] = defaultdict(list)
     compiling: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    hits = 0
     for path in paths:
         if not Path(path).exists():
             continue
@@ -103,6 +124,7 @@ def time_profile(paths: Iterable[Path], slowest: int = SLOWEST,
             clock = _compile_clock(case)
             if clock is not None:
                 compiling[case_module(case)].append(clock)
+            hits += _compile_hits(case)
     longest = sorted(times, key=lambda t: (-t[1], t[0]))[:slowest]
     mods = sorted(((m, sum(v), len(v)) for m, v in per_module.items()),
                   key=lambda t: (-t[1], t[0]))[:modules]
@@ -113,7 +135,8 @@ def time_profile(paths: Iterable[Path], slowest: int = SLOWEST,
                        tuple((m, round(s, 3), n) for m, s, n in mods),
                        sum(len(v) for v in compiling.values()),
                        round(sum(s for _, s, _ in compile_mods), 3),
-                       tuple((m, round(s, 3), n) for m, s, n in compile_mods[:modules]))
+                       tuple((m, round(s, 3), n) for m, s, n in compile_mods[:modules]),
+                       hits)
 
 
 def format_profile(profile: TimeProfile, wall_s: float | None = None) -> str:
@@ -125,7 +148,9 @@ def format_profile(profile: TimeProfile, wall_s: float | None = None) -> str:
     lines += [f"  {s:9.1f}  {n:5d}  {m}" for m, s, n in profile.modules]
     if profile.clocked:
         lines += ["", f"compiling kernels: {profile.compile_s:.1f} s in {profile.clocked} "
-                  "tests that report it; modules (s, compiles):"]
+                  "tests that report it"
+                  + (f", {profile.compile_hits} compiles served by the shared cache"
+                     if profile.compile_hits else "") + "; modules (s, compiles):"]
         lines += [f"  {s:9.1f}  {n:5d}  {m}" for m, s, n in profile.compile_modules]
     lines += ["", "slowest tests (s):"]
     lines += [f"  {s:9.1f}  {t}" for t, s in profile.slowest]
