@@ -228,7 +228,8 @@ def test_a_dsl_version_it_was_not_written_for_is_refused_by_name(monkeypatch, ca
 def test_the_installed_dsl_has_the_shape_the_plugin_relies_on() -> None:
     """The installed CuTe DSL is a known version; ``cute.compile`` asks for no cache (so each
     process compiles alone unless shared); ``compile_and_cache`` takes ``no_cache`` where the
-    wrapper passes it and ``compile_and_jit`` is its real compilation."""
+    wrapper passes it, ``compile_and_jit`` is its real compilation, and the DSL our kernels
+    use (``CuTeDSL``) ends in BaseDSL's, where the plugin wraps it."""
     pytest.importorskip("cutlass")  # CI installs it (pyproject's test extra)
     from cutlass.base_dsl.compiler import CompileCallable
     from cutlass.base_dsl.dsl import BaseDSL
@@ -241,6 +242,12 @@ def test_the_installed_dsl_has_the_shape_the_plugin_relies_on() -> None:
     assert "load_cache_from_path" in body and "dump_cache_to_path" in body
     assert "self.compile_and_jit" in body  # profiler(self.compile_and_jit)(module, ...)
     assert 'kwargs["no_cache"] = True' in inspect.getsource(CompileCallable._compile)
+    # our kernels' DSL reaches BaseDSL's method through super(), where the wrapper sits
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    owner = next(c for c in CuTeDSL.__mro__ if "compile_and_cache" in vars(c))
+    assert owner is BaseDSL or "super().compile_and_cache(" in inspect.getsource(
+        owner.compile_and_cache)
 
 
 ROUNDTRIP = '''\
