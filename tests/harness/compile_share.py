@@ -7,9 +7,9 @@ in the three ``single`` shards of kernel digest ``f12cb576008f`` (H100, 2026-12-
 spent 3 922 of their 6 680 seconds in ``cute.compile`` (``tests.harness.compile_clock``).
 
 Its pytest plugin (``tests.harness.compile_share_plugin``, which ``tests/conftest.py`` loads)
-does nothing unless ``$MEGAMOE_SHARE_COMPILES``
-is ``1`` (``qualify.py --share-compiles`` sets it for every process of the run, with a fresh
-``$CUTE_DSL_CACHE_DIR`` of the run's own, removed at its end). Then the DSL's
+does nothing unless ``$MEGAMOE_SHARE_COMPILES`` is ``1`` (``qualify.py --share-compiles`` sets
+it for every process of the run, with a fresh ``$CUTE_DSL_CACHE_DIR`` of the run's own,
+removed at its end). Then the DSL's
 ``BaseDSL.compile_and_cache``, which ``cute.compile`` reaches with ``no_cache=True``, is
 called with ``no_cache=False``: the DSL's own file cache serves it. That cache is the DSL's,
 not ours (we rely on its rules rather than writing a second cache):
@@ -28,10 +28,10 @@ left as it was (the entry the call adds is removed again: the kernels a test bui
 by our own ``compile_once`` caches, as before); no sharing where the DSL must write PTX or
 cubins (``CUTE_DSL_KEEP_PTX`` / ``KEEP_CUBIN``: the compile gate) or has file caching off; and
 per test, how many compiles the cache served (the plugin's JUnit property ``compile_hits``,
-summed into the record's ``time_profile``). This module imports neither pytest nor the DSL:
-``qualify.py`` uses ``shared_compiles``. It relies on DSL internals, so it refuses to install under a
-DSL version it was not written for (``KNOWN_DSL_VERSIONS``), with a message, and the run
-compiles as before.
+summed into the record's ``time_profile``). It relies on DSL internals, so it refuses to
+install under a DSL version it was not written for (``KNOWN_DSL_VERSIONS``), with a message,
+and the run compiles as before. This module imports neither pytest nor the DSL (``qualify.py``
+uses ``shared_compiles``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SHARE_ENV = "MEGAMOE_SHARE_COMPILES"
 """``1``: the explicit compiles of this process use the DSL's file cache (module docstring)."""
@@ -58,6 +59,7 @@ LOCK_SUFFIX = ".lock"
 
 
 def sharing_wanted(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``environ`` asks this process to share its compiles."""
     return environ.get(SHARE_ENV) == "1"
 
 
@@ -108,8 +110,9 @@ def shared_compile_and_cache(original: Callable[..., object], cache_dir: Callabl
     """``original`` (``BaseDSL.compile_and_cache``) with an explicit compile (``no_cache``
     true) turned into a cached one under the key's lock; every other call unchanged."""
 
-    def compile_and_cache(self, module, module_hash, function_name, pipeline, args_spec,
-                          no_cache, *args, **kwargs):
+    def compile_and_cache(self: Any, module: Any, module_hash: str, function_name: str,
+                          pipeline: Any, args_spec: Any, no_cache: bool, *args: Any,
+                          **kwargs: Any) -> Any:
         if not no_cache or not shareable(self.envar):
             return original(self, module, module_hash, function_name, pipeline, args_spec,
                             no_cache, *args, **kwargs)
@@ -136,7 +139,7 @@ def shared_compile_and_cache(original: Callable[..., object], cache_dir: Callabl
 def counted_compile_and_jit(original: Callable[..., object]) -> Callable[..., object]:
     """``original`` (``BaseDSL.compile_and_jit``, the real compilation) counting its calls."""
 
-    def compile_and_jit(self, *args, **kwargs):
+    def compile_and_jit(self: Any, *args: Any, **kwargs: Any) -> Any:
         _COMPILING.count += 1
         return original(self, *args, **kwargs)
 
@@ -145,6 +148,7 @@ def counted_compile_and_jit(original: Callable[..., object]) -> Callable[..., ob
 
 
 def dsl_version() -> str | None:
+    """The installed nvidia-cutlass-dsl's version, or None."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
