@@ -25,9 +25,10 @@
 # FlashInfer's JIT cache (the cake's build took about 145 s on the H200) lives under
 # $FLASHINFER_WORKSPACE_BASE (/tmp/fiws) and comes back as $OUT/fi-jit-cache.tgz; copy it to
 # .fi-jit/cache.tgz (git-ignored) and add ".fi-jit" to carry: the next call unpacks it and
-# touches its files, so ninja finds the outputs newer than the carried sources. With .whl the
-# carry is then about 62 MiB before the tree (8 MiB tracked): over the 64 MiB a call takes,
-# so the cake's calls, which carry .whl for the harness and our arm, build it again.
+# touches its files, so ninja finds the outputs newer than the carried sources. With .flashinfer
+# packed (about 1 MiB) a cake call carrying .whl (40 MiB), .whl-fi (3 MiB), .flashinfer and
+# .fi-jit (about 7 MiB) is about 51 MiB before the tree (about 10 MiB tracked, 2026-12-05),
+# inside the 64 MiB a call takes; unpacked (13 MiB) it was over.
 # Run on an H100 on 2026-12-05: flashinfer-sm90-cake's contract tests (211 s with the JIT
 # build; docs/conformance.md). The FP8 pull and the benchmarks have not yet run.
 set -u
@@ -56,7 +57,12 @@ fi
 export MEGAMOE_FLASHINFER_DSL_PATH=$DSL45_PATH
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fisite .whl-fi/*.whl \
   || { echo "cannot install .whl-fi"; exit 1; }
-export PYTHONPATH=${PYTHONPATH:-}:/tmp/fisite MEGAMOE_FLASHINFER_ROOT=$PWD/.flashinfer \
+# FlashInfer's files travel packed (devtools/flashinfer_slim.py: about 1 MiB against 13 unpacked)
+FI_ROOT=${MEGAMOE_FI_ROOT:-/tmp/fi-root}
+[ -f .flashinfer/flashinfer.tar.xz ] || { echo "no .flashinfer/flashinfer.tar.xz: python -m devtools.flashinfer_slim WHEEL .flashinfer, and carry .flashinfer"; exit 2; }
+rm -rf "$FI_ROOT" && mkdir -p "$FI_ROOT" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='tar')" \
+  .flashinfer/flashinfer.tar.xz "$FI_ROOT" || { echo "cannot unpack .flashinfer/flashinfer.tar.xz"; exit 1; }
+export PYTHONPATH=${PYTHONPATH:-}:/tmp/fisite MEGAMOE_FLASHINFER_ROOT=$FI_ROOT \
   MEGAMOE_PYTHON=python3 CUTE_DSL_CACHE_DIR=/tmp/cc \
   FLASHINFER_WORKSPACE_BASE=${MEGAMOE_FI_WORKSPACE:-/tmp/fiws}
 mkdir -p "$FLASHINFER_WORKSPACE_BASE"

@@ -4,18 +4,26 @@
 The whole ``flashinfer-python`` wheel is 62 MB and ``import flashinfer`` pulls in most of it;
 ``megamoe.backends.flashinfer_loader`` imports ``flashinfer.moe_ep`` with stub parents, which
 needs ``flashinfer/moe_ep/`` (its Python, CUDA sources and manifests) and the few helper
-modules and headers below. This copies exactly those out of the wheel into ``OUT_DIR``
-(``OUT_DIR/flashinfer/...``), about 13 MB unpacked, and prints its size; point
-``MEGAMOE_FLASHINFER_ROOT`` at ``OUT_DIR``. The JIT also needs ``apache-tvm-ffi``,
+modules and headers below. This packs exactly those out of the wheel into
+``OUT_DIR/flashinfer.tar.xz`` (``ARCHIVE``: members ``flashinfer/...``, 13 MiB unpacked, about
+1 MiB packed, so that a call carrying it beside our CuTe DSL and the JIT cache stays under the
+64 MiB a device call takes) and prints both sizes; ``devtools/flashinfer_device.sh`` unpacks it
+on the machine and points ``MEGAMOE_FLASHINFER_ROOT`` at the unpacked folder (elsewhere, unpack
+it and do the same). The JIT also needs ``apache-tvm-ffi``,
 ``cuda-python``, ``nvidia-ml-py``, ``filelock``, ``packaging``, ``ninja`` and an nvcc that
 builds sm_90a, on the machine.
 """
 
 from __future__ import annotations
 
+import io
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
+
+ARCHIVE = "flashinfer.tar.xz"
+"""The file ``slim`` writes in ``OUT_DIR`` (the device script's name for it too)."""
 
 KEEP_PREFIXES = ("flashinfer/moe_ep/",)
 KEEP_FILES = tuple(f"flashinfer/{name}" for name in (
@@ -31,18 +39,21 @@ KEEP_FILES = tuple(f"flashinfer/{name}" for name in (
 
 
 def slim(wheel: Path, out: Path) -> tuple[int, int, list[str]]:
-    """Copy the kept files of ``wheel`` into ``out``; ``(files, bytes, missing)``."""
+    """Pack the kept files of ``wheel`` into ``out/ARCHIVE``; ``(files, bytes unpacked,
+    missing)``."""
     files = nbytes = 0
-    with zipfile.ZipFile(wheel) as z:
+    out.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as z, tarfile.open(out / ARCHIVE, "w:xz") as tar:
         names = set(z.namelist())
         missing = [f for f in KEEP_FILES if f not in names]
         for name in sorted(names):
             if name.endswith("/") or not (name.startswith(KEEP_PREFIXES) or name in KEEP_FILES):
                 continue
-            target = out / name
-            target.parent.mkdir(parents=True, exist_ok=True)
             data = z.read(name)
-            target.write_bytes(data)
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            member.mode = 0o644
+            tar.addfile(member, io.BytesIO(data))
             files += 1
             nbytes += len(data)
     return files, nbytes, missing
@@ -53,7 +64,9 @@ def main(argv: list[str]) -> int:
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         return 2
     files, nbytes, missing = slim(Path(argv[0]), Path(argv[1]))
-    print(f"{files} files, {nbytes / 2**20:.1f} MiB in {argv[1]}")
+    packed = (Path(argv[1]) / ARCHIVE).stat().st_size
+    print(f"{files} files, {nbytes / 2**20:.1f} MiB unpacked, {packed / 2**20:.1f} MiB in "
+          f"{Path(argv[1]) / ARCHIVE}")
     if missing:
         print("missing from the wheel: " + ", ".join(missing), file=sys.stderr)
         return 1

@@ -49,12 +49,17 @@ PRELUDE = "export PRELUDE_RAN=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}\
 
 
 def _run(tmp_path: Path, *args: str, carried_cache: Path | None = None,
-         dsl45: Path | None = None) -> tuple[int, Path, str]:
+         dsl45: Path | None = None, flashinfer: bool = True) -> tuple[int, Path, str]:
     """One call in a scratch checkout; ``dsl45``: where a staged CuTe DSL 4.5.2 site is (and a
-    carried ``.whl-dsl45/site.tar.xz`` holding one)."""
+    carried ``.whl-dsl45/site.tar.xz`` holding one); ``flashinfer``: whether the packed
+    FlashInfer files (``.flashinfer/flashinfer.tar.xz``) are carried."""
     repo, out, bindir = tmp_path / "repo", tmp_path / "out", tmp_path / "bin"
     for d in (repo / ".whl", repo / ".whl-fi", out, bindir):
         d.mkdir(parents=True)
+    if flashinfer:
+        (repo / ".flashinfer").mkdir()
+        _archive(repo / ".flashinfer" / "flashinfer.tar.xz",
+                 (("flashinfer/moe_ep/__init__.py", "# moe_ep"),))
     if carried_cache is not None:
         (repo / ".fi-jit").mkdir()
         (repo / ".fi-jit" / "cache.tgz").write_bytes(carried_cache.read_bytes())
@@ -68,24 +73,29 @@ def _run(tmp_path: Path, *args: str, carried_cache: Path | None = None,
     (bindir / "python3").chmod(0o755)
     env = {**os.environ, "OUT": str(out), "PATH": f"{bindir}:{os.environ['PATH']}",
            "MEGAMOE_FI_BENCH_DIR": str(tmp_path / "fib"), "MEGAMOE_GPU_LOCK": str(tmp_path / "gpu.lock"),
-           "MEGAMOE_FI_WORKSPACE": str(tmp_path / "fiws"),
+           "MEGAMOE_FI_WORKSPACE": str(tmp_path / "fiws"), "MEGAMOE_FI_ROOT": str(tmp_path / "fi-root"),
            "MEGAMOE_DSL45_SITE": str(dsl45 or tmp_path / "dsl45")}
     r = subprocess.run(["bash", str(SCRIPT), *args], cwd=repo, env=env, capture_output=True,
                        text=True, timeout=60)
     return r.returncode, out, r.stdout + r.stderr
 
 
-def _dsl45_archive(path: Path) -> None:
-    """A stand-in for ``.whl-dsl45/site.tar.xz``: the package folder and the metadata that
-    says its version."""
+def _archive(path: Path, members: tuple[tuple[str, str], ...]) -> None:
+    """An xz tar archive at ``path`` of ``(name, text)`` members."""
     with tarfile.open(path, "w:xz") as tar:
-        for name, text in (("nvidia_cutlass_dsl/python_packages/cutlass/__init__.py", ""),
-                           ("nvidia_cutlass_dsl-4.5.2.dist-info/METADATA",
-                            "Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: 4.5.2\n")):
+        for name, text in members:
             data = text.encode()
             member = tarfile.TarInfo(name)
             member.size = len(data)
             tar.addfile(member, io.BytesIO(data))
+
+
+def _dsl45_archive(path: Path) -> None:
+    """A stand-in for ``.whl-dsl45/site.tar.xz``: the package folder and the metadata that
+    says its version."""
+    _archive(path, (("nvidia_cutlass_dsl/python_packages/cutlass/__init__.py", ""),
+                    ("nvidia_cutlass_dsl-4.5.2.dist-info/METADATA",
+                     "Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: 4.5.2\n")))
 
 
 def test_the_dsl_is_staged_in_a_call_of_its_own_and_says_its_version(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -131,7 +141,9 @@ def test_the_bench_mode_runs_small_cases_first_and_brings_back_the_record(tmp_pa
     argv = rec["argv"]
     assert argv[:3] == ["-m", "megamoe.bench", "layer_flashinfer_cake"] and "--quick" in argv
     assert argv[argv.index("--case") + 1] == "deepseek-*-T16"
-    assert rec["root"] == str(tmp_path / "repo" / ".flashinfer")
+    root = tmp_path / "fi-root"  # the packed files, unpacked on the machine
+    assert rec["root"] == str(root)
+    assert (root / "flashinfer" / "moe_ep" / "__init__.py").read_text() == "# moe_ep"
     assert "/tmp/fisite" in rec["path"].split(os.pathsep)
 
 
@@ -170,3 +182,9 @@ def test_the_jit_cache_comes_back_and_a_carried_one_is_unpacked_newer_than_its_s
     so = ".cache/flashinfer/sm90_push_a2a/sm90_push_a2a.so"
     assert so in seen and seen[so] >= start - 1  # unpacked, then touched
     assert (out / "fi-jit-cache.tgz").exists()
+
+
+def test_without_the_packed_flashinfer_files_nothing_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rc, out, log = _run(tmp_path, "flashinfer-sm90-cake", flashinfer=False)
+    assert rc == 2 and "python -m devtools.flashinfer_slim" in log, log
+    assert not (out / "run_tests.json").exists()
