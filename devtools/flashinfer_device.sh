@@ -28,7 +28,7 @@
 # touches its files, so ninja finds the outputs newer than the carried sources. With .flashinfer
 # packed (about 1 MiB) a cake call carrying .whl (40 MiB), .whl-fi (3 MiB), .flashinfer and
 # .fi-jit (about 7 MiB) is about 51 MiB before the tree (about 10 MiB tracked, 2026-12-05),
-# inside the 64 MiB a call takes; unpacked (13 MiB) it was over.
+# inside the 64 MiB a call takes; unpacked (11.6 MiB) it was over.
 # Run on an H100 on 2026-12-05: flashinfer-sm90-cake's contract tests (211 s with the JIT
 # build; docs/conformance.md). The FP8 pull and the benchmarks have not yet run.
 set -u
@@ -57,7 +57,7 @@ fi
 export MEGAMOE_FLASHINFER_DSL_PATH=$DSL45_PATH
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fisite .whl-fi/*.whl \
   || { echo "cannot install .whl-fi"; exit 1; }
-# FlashInfer's files travel packed (devtools/flashinfer_slim.py: about 1 MiB against 13 unpacked)
+# FlashInfer's files travel packed (devtools/flashinfer_slim.py: 1.0 MiB against 11.6 unpacked)
 FI_ROOT=${MEGAMOE_FI_ROOT:-/tmp/fi-root}
 [ -f .flashinfer/flashinfer.tar.xz ] || { echo "no .flashinfer/flashinfer.tar.xz: python -m devtools.flashinfer_slim WHEEL .flashinfer, and carry .flashinfer"; exit 2; }
 rm -rf "$FI_ROOT" && mkdir -p "$FI_ROOT" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='tar')" \

@@ -5,7 +5,7 @@ The whole ``flashinfer-python`` wheel is 62 MB and ``import flashinfer`` pulls i
 ``megamoe.backends.flashinfer_loader`` imports ``flashinfer.moe_ep`` with stub parents, which
 needs ``flashinfer/moe_ep/`` (its Python, CUDA sources and manifests) and the few helper
 modules and headers below. This packs exactly those out of the wheel into
-``OUT_DIR/flashinfer.tar.xz`` (``ARCHIVE``: members ``flashinfer/...``, 13 MiB unpacked, about
+``OUT_DIR/flashinfer.tar.xz`` (``ARCHIVE``: members ``flashinfer/...``, 11.6 MiB unpacked, about
 1 MiB packed, so that a call carrying it beside our CuTe DSL and the JIT cache stays under the
 64 MiB a device call takes) and prints both sizes; ``devtools/flashinfer_device.sh`` unpacks it
 on the machine and points ``MEGAMOE_FLASHINFER_ROOT`` at the unpacked folder (elsewhere, unpack
