@@ -35,11 +35,12 @@ set -u
 backend=${1:?usage: bash devtools/flashinfer_device.sh stage-dsl | flashinfer-sm90-cake|flashinfer-sm90-fp8-pull [bench [CASE_GLOB]]}
 DSL45=${MEGAMOE_DSL45_SITE:-/tmp/dsl45}
 source "$(dirname "$0")/gpu_lock.sh"  # one device script at a time (exit 3 beside another)
+source "$(dirname "$0")/unpack.sh"
 DSL45_PATH=$DSL45:$DSL45/nvidia_cutlass_dsl/python_packages
 if [ "$backend" = stage-dsl ]; then
   [ -f .whl-dsl45/site.tar.xz ] || { echo "stage-dsl: carry .whl-dsl45 (python -m devtools.pack_device_wheels --dsl45)"; exit 2; }
-  rm -rf "$DSL45.part" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='tar')" \
-    .whl-dsl45/site.tar.xz "$DSL45.part" && rm -rf "$DSL45" && mv "$DSL45.part" "$DSL45" \
+  rm -rf "$DSL45.part" && unpack .whl-dsl45/site.tar.xz "$DSL45.part" \
+    && rm -rf "$DSL45" && mv "$DSL45.part" "$DSL45" \
     || { echo "cannot unpack .whl-dsl45/site.tar.xz"; exit 1; }
   PYTHONPATH=$DSL45_PATH python3 -c "from importlib.metadata import version; print('staged nvidia-cutlass-dsl', version('nvidia-cutlass-dsl'))"
   exit $?
@@ -60,8 +61,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fisite
 # FlashInfer's files travel packed (devtools/flashinfer_slim.py: 1.0 MiB against 11.6 unpacked)
 FI_ROOT=${MEGAMOE_FI_ROOT:-/tmp/fi-root}
 [ -f .flashinfer/flashinfer.tar.xz ] || { echo "no .flashinfer/flashinfer.tar.xz: python -m devtools.flashinfer_slim WHEEL .flashinfer, and carry .flashinfer"; exit 2; }
-rm -rf "$FI_ROOT" && mkdir -p "$FI_ROOT" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='tar')" \
-  .flashinfer/flashinfer.tar.xz "$FI_ROOT" || { echo "cannot unpack .flashinfer/flashinfer.tar.xz"; exit 1; }
+rm -rf "$FI_ROOT" && unpack .flashinfer/flashinfer.tar.xz "$FI_ROOT" \
+  || { echo "cannot unpack .flashinfer/flashinfer.tar.xz"; exit 1; }
 export PYTHONPATH=${PYTHONPATH:-}:/tmp/fisite MEGAMOE_FLASHINFER_ROOT=$FI_ROOT \
   MEGAMOE_PYTHON=python3 CUTE_DSL_CACHE_DIR=/tmp/cc \
   FLASHINFER_WORKSPACE_BASE=${MEGAMOE_FI_WORKSPACE:-/tmp/fiws}

@@ -18,13 +18,13 @@ what=${1:-test_ep_oracle}
 filter=(--filter "$what")
 if [ "$what" = all ]; then filter=(); fi
 source "$(dirname "$0")/gpu_lock.sh"  # one device script at a time (exit 3 beside another)
+source "$(dirname "$0")/unpack.sh"
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 NV=${MEGAMOE_NVSHMEM_SITE:-/tmp/nvsite}
 Q=${MEGAMOE_NVSHMEM_TMP:-/tmp/nvq}
 rm -rf "$Q"; mkdir -p "$Q"
 if [ ! -d "$NV/nvshmem" ]; then
-  python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='tar')" \
-    .whl-nvshmem/site.tar.xz "$NV" || { echo "cannot unpack .whl-nvshmem/site.tar.xz"; exit 1; }
+  unpack .whl-nvshmem/site.tar.xz "$NV" || { echo "cannot unpack .whl-nvshmem/site.tar.xz"; exit 1; }
 fi
 export PYTHONPATH=$NV:$PYTHONPATH CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_PYTHON=python3
 {
