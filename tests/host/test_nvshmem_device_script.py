@@ -5,6 +5,7 @@ record to commit; ``all``: the whole tier, unfiltered, and its record back under
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -28,12 +29,20 @@ out.mkdir(parents=True)
 """
 
 
-def _run(tmp_path: Path, *args: str) -> tuple[int, Path]:
+def _run(tmp_path: Path, *args: str, unpacked: bool = True) -> tuple[int, Path]:
+    """One call; ``unpacked``: nvshmem4py's site is there already (a warm machine), else only
+    the carried ``.whl-nvshmem/site.tar.xz``."""
     repo, out = tmp_path / "repo", tmp_path / "out"
     (repo / ".whl").mkdir(parents=True)
     (repo / ".whl" / "prelude.sh").write_text("export PYTHONPATH=${PYTHONPATH:-}\n")
     (repo / "qualify.py").write_text(FAKE_QUALIFY)
-    (tmp_path / "site" / "nvshmem").mkdir(parents=True)  # unpacked already: no tarball needed
+    if unpacked:
+        (tmp_path / "site" / "nvshmem").mkdir(parents=True)
+    else:
+        (repo / ".whl-nvshmem").mkdir()
+        with tarfile.open(repo / ".whl-nvshmem" / "site.tar.xz", "w:xz") as tar:
+            member = tarfile.TarInfo("nvshmem/__init__.py")
+            tar.addfile(member, io.BytesIO(b""))
     out.mkdir()
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -74,3 +83,9 @@ def test_all_runs_the_whole_tier_and_brings_back_its_record(tmp_path) -> None:
     assert "--filter" not in _argv(out)
     assert [p.name for p in (out / "records").iterdir()] == ["20261205T000000Z_multi_abc.json"]
     assert len(_files(out)) <= DEVICE_FILE_LIMIT
+
+
+def test_a_cold_machine_unpacks_the_carried_nvshmem4py(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rc, out = _run(tmp_path, unpacked=False)
+    assert rc == 0 and (tmp_path / "site" / "nvshmem" / "__init__.py").is_file()
+    assert _argv(out)[:2] == ["--suite", "multi"]
