@@ -2,9 +2,9 @@
 
 Issue 40 item 11 (a single-GPU verdict in minutes). ``cute.compile`` of CuTe DSL 4.3.5 never
 reads or writes the DSL's file cache: it calls the DSL with ``compile_only=True`` and
-``no_cache=True``. So each of a suite's pytest-xdist workers compiles every kernel it meets:
-in the three ``single`` shards of kernel digest ``f12cb576008f`` (H100, 2026-12-05) the tests
-spent 3 922 of their 6 680 seconds in ``cute.compile`` (``tests.harness.compile_clock``).
+``no_cache=True``. So each of a suite's pytest-xdist workers compiles every kernel it meets,
+and compilation is most of ``single``'s test time (docs/engineering-notes.md "Qualification
+time", measured by ``tests.harness.compile_clock``).
 
 Its pytest plugin (``tests.harness.compile_share_plugin``, which ``tests/conftest.py`` loads)
 does nothing unless ``$MEGAMOE_SHARE_COMPILES`` is ``1`` (``qualify.py --share-compiles`` sets
@@ -99,10 +99,9 @@ def key_lock(directory: str, key: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def shareable(envar: object) -> bool:
+def shareable(envar: Any) -> bool:
     """Whether a compile under the DSL environment ``envar`` may use the file cache."""
-    return not (getattr(envar, "keep_ptx", False) or getattr(envar, "keep_cubin", False)
-                or getattr(envar, "disable_file_caching", False))
+    return not (envar.keep_ptx or envar.keep_cubin or envar.disable_file_caching)
 
 
 def shared_compile_and_cache(original: Callable[..., object], cache_dir: Callable[[], str],
@@ -190,27 +189,21 @@ def install(environ: Mapping[str, str] = os.environ) -> bool:
 CACHE_DIR_PREFIX = "megamoe-dsl-cache-"
 
 
-def fresh_cache_dir() -> Path:
-    """A new empty directory for one run's shared compiles, outside its output directory (a
-    compiled module holds its cubins: the run's log archive must not carry them)."""
-    import tempfile
-
-    return Path(tempfile.mkdtemp(prefix=CACHE_DIR_PREFIX))
-
-
 @contextmanager
-def shared_compiles(enabled: bool, make_dir: Callable[[], Path]) -> Iterator[Path | None]:
+def shared_compiles(enabled: bool) -> Iterator[Path | None]:
     """For ``qualify.py --share-compiles``: while the ``with`` block runs, every process
-    started from here shares its compiles through the fresh directory ``make_dir()``
-    (``$MEGAMOE_SHARE_COMPILES``, ``$CUTE_DSL_CACHE_DIR``); afterwards the directory is
-    removed and the environment restored. Yields the directory, or None when not
+    started from here shares its compiles through a new empty directory
+    (``$MEGAMOE_SHARE_COMPILES``, ``$CUTE_DSL_CACHE_DIR``), made outside the run's output
+    directory (a compiled module holds its cubins: the run's log archive must not carry them);
+    afterwards the directory is removed and the environment restored. Yields the directory, or None when not
     ``enabled`` (nothing changes)."""
     if not enabled:
         yield None
         return
     import shutil
+    import tempfile
 
-    directory = make_dir()
+    directory = Path(tempfile.mkdtemp(prefix=CACHE_DIR_PREFIX))
     saved = {k: os.environ.get(k) for k in (SHARE_ENV, DSL_CACHE_ENV)}
     os.environ[SHARE_ENV] = "1"
     os.environ[DSL_CACHE_ENV] = str(directory)

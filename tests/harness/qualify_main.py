@@ -23,7 +23,7 @@ from megamoe.backends.registry import ENV as MOE_BACKEND_ENV
 from megamoe.backends.registry import selected_name
 from tests.harness import seed_suite
 from tests.harness.cli import QualifyArgs, parse_args
-from tests.harness.compile_share import fresh_cache_dir, shared_compiles
+from tests.harness.compile_share import shared_compiles
 from tests.harness.environment import collect_environment, git_info
 from tests.harness.gpu_neighbours import NeighbourWatch
 from tests.harness.hashing import source_hashes
@@ -281,7 +281,7 @@ def main(
                      args.backend or "", args.mutants, args.mutant_tiers,
                      group_compiles=args.group_compiles, deadline=deadline)
     with terminate_groups_on_signals(), moe_backend_env(str(args.moe_backend)), \
-            shared_compiles(args.share_compiles, fresh_cache_dir):
+            shared_compiles(args.share_compiles):
         runs = execute(plan, lambda name, tool, beside=None: run_one(
             name, tool, within_budget(dataclasses.replace(ctx, beside=beside)), suites,
             coverage),

@@ -84,9 +84,13 @@ def _seconds(case: ET.Element) -> float:
         return 0.0
 
 
-def _compile_clock(case: ET.Element) -> tuple[float, int] | None:
-    """(seconds, calls) of the case's ``compile_clock`` properties, or None without them."""
-    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+def _properties(case: ET.Element) -> dict[str | None, str | None]:
+    """The case's JUnit properties, name to value."""
+    return {p.get("name"): p.get("value") for p in case.iter("property")}
+
+
+def _compile_clock(props: dict[str | None, str | None]) -> tuple[float, int] | None:
+    """(seconds, calls) of a case's ``compile_clock`` properties, or None without them."""
     if COMPILE_S not in props:
         return None
     try:
@@ -95,15 +99,12 @@ def _compile_clock(case: ET.Element) -> tuple[float, int] | None:
         return None
 
 
-def _compile_hits(case: ET.Element) -> int:
-    """The case's ``compile_hits`` property, or 0 without it."""
-    for p in case.iter("property"):
-        if p.get("name") == COMPILE_HITS:
-            try:
-                return max(0, int(p.get("value") or 0))
-            except ValueError:
-                return 0
-    return 0
+def _compile_hits(props: dict[str | None, str | None]) -> int:
+    """A case's ``compile_hits`` property, or 0 without it."""
+    try:
+        return max(0, int(props.get(COMPILE_HITS) or 0))
+    except ValueError:
+        return 0
 
 
 def time_profile(paths: Iterable[Path], slowest: int = SLOWEST,
@@ -121,10 +122,11 @@ def time_profile(paths: Iterable[Path], slowest: int = SLOWEST,
             s = _seconds(case)
             times.append((case_id(case), s))
             per_module[case_module(case)].append(s)
-            clock = _compile_clock(case)
+            props = _properties(case)
+            clock = _compile_clock(props)
             if clock is not None:
                 compiling[case_module(case)].append(clock)
-            hits += _compile_hits(case)
+            hits += _compile_hits(props)
     longest = sorted(times, key=lambda t: (-t[1], t[0]))[:slowest]
     mods = sorted(((m, sum(v), len(v)) for m, v in per_module.items()),
                   key=lambda t: (-t[1], t[0]))[:modules]

@@ -29,7 +29,6 @@ from tests.harness.compile_share import (
     DSL_CACHE_ENV,
     SHARE_ENV,
     ShareCounter,
-    fresh_cache_dir,
     install,
     shared_compile_and_cache,
     shared_compiles,
@@ -230,7 +229,6 @@ def test_the_installed_dsl_has_the_shape_the_plugin_relies_on() -> None:
     process compiles alone unless shared); ``compile_and_cache`` takes ``no_cache`` where the
     wrapper passes it, ``compile_and_jit`` is its real compilation, and the DSL our kernels
     use (``CuTeDSL``) ends in BaseDSL's, where the plugin wraps it."""
-    pytest.importorskip("cutlass")  # CI installs it (pyproject's test extra)
     from cutlass.base_dsl.compiler import CompileCallable
     from cutlass.base_dsl.dsl import BaseDSL
 
@@ -292,7 +290,6 @@ def test_the_dsl_cache_gives_back_a_compiled_kernel_byte_for_byte(tmp_path: Path
     written through the DSL's cache writer and read back by its reader is the same bytecode,
     its GPU binary (the module's ``@kernels_binary``, the cubin) included; a file with one byte flipped is refused (its CRC), so a torn or
     damaged file is compiled again, never loaded."""
-    pytest.importorskip("cutlass")
     env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", ROUNDTRIP, "ep_signal", str(tmp_path)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
@@ -305,13 +302,13 @@ def test_the_dsl_cache_gives_back_a_compiled_kernel_byte_for_byte(tmp_path: Path
 def test_a_run_shares_through_a_fresh_directory_it_removes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv(DSL_CACHE_ENV, "/tmp/cc")
     monkeypatch.delenv(SHARE_ENV, raising=False)
-    with shared_compiles(True, fresh_cache_dir) as directory:
+    with shared_compiles(True) as directory:
         assert directory is not None and directory.is_dir()
         assert directory.name.startswith(CACHE_DIR_PREFIX)
         assert os.environ[SHARE_ENV] == "1" and os.environ[DSL_CACHE_ENV] == str(directory)
     assert not directory.exists()
     assert os.environ[DSL_CACHE_ENV] == "/tmp/cc" and SHARE_ENV not in os.environ
-    with shared_compiles(False, fresh_cache_dir) as nothing:
+    with shared_compiles(False) as nothing:
         assert nothing is None and SHARE_ENV not in os.environ
 
 
