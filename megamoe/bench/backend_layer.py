@@ -13,6 +13,11 @@ The builders below are module attributes so that a remote arm's worker can impor
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+
+import torch
+
 from megamoe.bench.benchmarks.layer import (
     BF16_BYTES_PER_WEIGHT,
     CHECK_TOKENS,
@@ -23,6 +28,8 @@ from megamoe.bench.benchmarks.layer import (
 )
 from megamoe.bench.benchmarks.layer_quantized import RECIPES
 from megamoe.bench.registry import BuildContext, Builder, Case, Workload
+from oracle.moe_config import MoEConfig
+from oracle.weights import ExpertWeights, prepare_weights
 
 FP8_BLOCK_BYTES_PER_WEIGHT = 1 + 4 / (128 * 128)
 """``fp8_block`` weights: one E4M3 byte each and a float32 scale per 128 x 128 tile."""
@@ -32,6 +39,28 @@ RECIPE_WORK: dict[str, tuple[float, str]] = {
     "fp8_block": (FP8_BLOCK_BYTES_PER_WEIGHT, "fp8_mm"),
 }
 """Per recipe: weight bytes per weight and the matmul ceiling its FLOPs are read against."""
+
+
+def reference_routes(ids: torch.Tensor, scores: torch.Tensor, w13: torch.Tensor,
+                     w2: torch.Tensor, cfg: MoEConfig
+                     ) -> tuple[torch.Tensor, torch.Tensor, ExpertWeights, MoEConfig]:
+    """``(ids, scores, weights, config)`` for ``oracle.experts.moe_forward`` on these routes,
+    holding no full copy of the weights: bf16 weights are referenced as they are (the recipe's
+    format), and a quantized recipe's weights are prepared for the experts these routes touch
+    only, with the ids renumbered onto them (every recipe quantizes each expert on its own,
+    docs/contract.md s4, so the touched experts' bytes are those of the whole tensor). At the
+    DeepSeek-like shape a full quantized copy beside the layer's own and the shared bf16 weights
+    (21 GiB each) does not fit an H100's 80 GB."""
+    if cfg.recipe == "bf16":
+        return ids, scores, ExpertWeights("bf16", w13, w2), cfg
+    touched = torch.unique(ids[ids >= 0])
+    if touched.numel() < cfg.top_k:  # the config needs E >= K: add experts no route reads
+        spare = torch.tensor([e for e in range(cfg.num_experts) if e not in set(touched.tolist())],
+                             dtype=touched.dtype, device=touched.device)
+        touched = torch.sort(torch.cat((touched, spare[: cfg.top_k - touched.numel()]))).values
+    local = torch.where(ids >= 0, torch.searchsorted(touched, ids.clamp(min=0)), ids)
+    sub = dataclasses.replace(cfg, num_experts=int(touched.numel()))
+    return local.to(ids.dtype), scores, prepare_weights(w13[touched], w2[touched], sub), sub
 
 
 def backend_layer(backend: str, weighting: str, recipe: str = "bf16") -> Builder:
@@ -46,7 +75,6 @@ def backend_layer(backend: str, weighting: str, recipe: str = "bf16") -> Builder
         from oracle.compare import compare_rows
         from oracle.experts import moe_forward
         from oracle.moe_config import MoEConfig
-        from oracle.weights import prepare_weights
 
         s = _shape(case)
         t = case.shape["tokens"]
@@ -59,10 +87,13 @@ def backend_layer(backend: str, weighting: str, recipe: str = "bf16") -> Builder
         handle = impl.build(spec, w13, w2, device=ctx.device)
         x, ids, w = _inputs(case, ctx)
         handle.warmup(x, ids, w)
+        if ctx.device.type == "cuda":  # what an arm holds, for a run that ends out of memory
+            print(f"{backend} {case.name}: built, {torch.cuda.memory_allocated(ctx.device) / 2**30:.1f}"
+                  " GiB allocated in this process", file=sys.stderr)
 
         def check() -> None:
             n = min(t, CHECK_TOKENS)
-            want = moe_forward(x[:n], ids[:n], w[:n], prepare_weights(w13, w2, cfg), cfg)
+            want = moe_forward(x[:n], *reference_routes(ids[:n], w[:n], w13, w2, cfg))
             report = compare_rows(handle.forward(x, ids, w)[:n], want, ids[:n], recipe)
             if report.problems:
                 raise AssertionError(f"{backend} {case.name}: {report.problems}")

@@ -80,3 +80,39 @@ def test_flashinfers_fp8_worker_needs_its_cute_dsl_path(monkeypatch) -> None:  #
     monkeypatch.setenv("MEGAMOE_FLASHINFER_DSL_PATH", "/nonexistent/dsl-site")
     with pytest.raises(RemoteArmError, match=r"flashinfer-sm90-fp8-pull.*sm_90"):
         arm.build(bench.cases[0], CTX)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4", "fp8_block"])
+def test_the_checks_reference_from_the_touched_experts_is_the_whole_weights_reference(
+        recipe: str) -> None:
+    """``reference_routes`` prepares only the experts the routes touch (a full quantized copy
+    of the DeepSeek-like weights does not fit beside the layer's on an H100): its rows equal,
+    bit for bit, the oracle's rows from the whole prepared weights, with masked slots, an
+    expert touched twice, and routes that touch fewer experts than K (padded with spares)."""
+    import torch
+
+    from oracle.experts import moe_forward
+    from oracle.moe_config import MoEConfig
+    from oracle.weights import prepare_weights
+
+    g = torch.Generator().manual_seed(3)
+    e, k, h, i = 8, 4, 128, 128
+    cfg = MoEConfig(recipe, e, k, h, i)
+    w13 = torch.randn(e, 2 * i, h, generator=g) / 8
+    w2 = torch.randn(e, h, i, generator=g) / 8
+    x = torch.randn(3, h, generator=g).to(torch.bfloat16)
+    ids = torch.tensor([[5, -1, 2, 7], [-1, -1, -1, 5], [2, 5, -1, -1]], dtype=torch.int32)
+    scores = torch.rand(3, k, generator=g)
+    whole = moe_forward(x, ids, scores, prepare_weights(w13, w2, cfg), cfg)
+    got = moe_forward(x, *bl.reference_routes(ids, scores, w13, w2, cfg))
+    assert torch.equal(got.view(torch.int16), whole.view(torch.int16))
+    few = ids[1:2]  # one expert touched, K = 4: three spares
+    sub_ids, _, sub_w, sub_cfg = bl.reference_routes(few, scores[1:2], w13, w2, cfg)
+    assert sub_cfg.num_experts == k and sub_w.w13.shape[0] == k
+    assert torch.equal(moe_forward(x[1:2], sub_ids, scores[1:2], sub_w, sub_cfg).view(torch.int16),
+                       whole[1:2].view(torch.int16))
+    # planted: a wrong renumbering (the touched experts in reverse order) gives other rows
+    local, _, sub_all, cfg_all = bl.reference_routes(ids, scores, w13, w2, cfg)
+    reversed_ids = torch.where(local >= 0, cfg_all.num_experts - 1 - local, local)
+    planted = moe_forward(x, reversed_ids, scores, sub_all, cfg_all)
+    assert not torch.equal(planted.view(torch.int16), whole.view(torch.int16))
