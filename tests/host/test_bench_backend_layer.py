@@ -65,7 +65,8 @@ def test_flashinfers_cake_runs_in_a_worker_and_is_refused_there_without_its_gpu(
     bench = lf.LAYER_FLASHINFER_CAKE
     (arm,) = bench.baselines
     assert arm.name == "flashinfer-sm90-cake" and bench.candidate.build is bl.MEGAMOE_LATE
-    assert all(c.name.startswith("deepseek-") for c in bench.cases)
+    shapes = {c.name.split("-")[0]: c.shape["experts"] for c in bench.cases}
+    assert shapes == {"deepseek": 256, "dsrank": 32}  # the whole layer, one rank's share at EP8
     with pytest.raises(RemoteArmError, match=r"flashinfer-sm90-cake.*sm_90"):
         arm.build(bench.cases[0], CTX)
 

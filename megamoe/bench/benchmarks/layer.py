@@ -49,11 +49,15 @@ class Shape:
 
 DEEPSEEK = Shape("deepseek", 7168, 2048, 256, 8)
 GPT_OSS = Shape("gptoss", 2880, 2880, 128, 4)
+DEEPSEEK_RANK = Shape("dsrank", 7168, 2048, 32, 8)
+"""One rank's share of the DeepSeek-like layer at EP8 (E = 256 / 8 = 32 experts, same H, I,
+K): its weights are 2.6 GiB in bf16 where the whole layer's are 21 GiB, so two layers of it in
+two processes fit an 80 GB H100 (``layer_flashinfer``); not among the ``layer`` cases."""
 
 _WEIGHTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-SHAPES: dict[str, Shape] = {s.name: s for s in (DEEPSEEK, GPT_OSS)}
+SHAPES: dict[str, Shape] = {s.name: s for s in (DEEPSEEK, GPT_OSS, DEEPSEEK_RANK)}
 """Case names start with a shape name (``deepseek-uniform-T16``)."""
 
 
@@ -165,13 +169,16 @@ def build_torch_grouped_mm(case: Case, ctx: BuildContext) -> Workload:
     return Workload(fn, **_work(case, ids))  # type: ignore[arg-type]
 
 
-def _cases() -> tuple[Case, ...]:
+def _cases(shapes: tuple[Shape, ...] = (DEEPSEEK, GPT_OSS),
+           quick_shapes: tuple[Shape, ...] = (DEEPSEEK,)) -> tuple[Case, ...]:
+    """Every shape's cases at every T and route; ``--quick`` keeps ``quick_shapes`` at
+    ``QUICK_TOKENS``."""
     return tuple(
         Case(f"{s.name}-{r}-T{t}", {"tokens": t, "hidden": s.hidden, "inter": s.inter,
                                     "experts": s.experts, "top_k": s.top_k},
-             scenario=r, seed=17, quick=s is DEEPSEEK and t in QUICK_TOKENS,
+             scenario=r, seed=17, quick=s in quick_shapes and t in QUICK_TOKENS,
              calls_per_sample=10 if t <= FLOOR_MAX_TOKENS else None)
-        for s in (DEEPSEEK, GPT_OSS) for r in ROUTES for t in TOKENS
+        for s in shapes for r in ROUTES for t in TOKENS
     )
 
 

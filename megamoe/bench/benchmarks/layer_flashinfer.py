@@ -21,22 +21,26 @@ on flags. The worker finds FlashInfer through ``MEGAMOE_FLASHINFER_ROOT`` or the
 the cake (about 145 s on the H200), inside the request bound.
 
 Cases: the ``layer`` benchmark's DeepSeek-like ones (H = 7168, I = 2048, E = 256, K = 8; T = 1
-to 4096, uniform and skewed routes). The gpt-oss-like shape is not among them: the cake takes
-H a multiple of 256 and the pull backend multiples of 128, and 2880 is neither. ``--quick``
+to 4096, uniform and skewed routes), and the same with E = 32 (``dsrank-*``: one rank's experts
+at EP8; the whole layer's weights in two processes need more than an H100's 80 GB). The
+gpt-oss-like shape is not among them: the cake takes H a multiple of 256 and the pull backend
+multiples of 128, and 2880 is neither. ``--quick``
 keeps T in {1, 16, 256, 4096}.
 """
 
 from __future__ import annotations
 
 from megamoe.bench.backend_layer import MEGAMOE_LATE, MEGAMOE_MXFP8
-from megamoe.bench.benchmarks.layer import DEEPSEEK, _cases, _shape
+from megamoe.bench.benchmarks.layer import DEEPSEEK, DEEPSEEK_RANK, _cases
 from megamoe.bench.registry import Arm, Benchmark, register_benchmark
 from megamoe.bench.remote import RemoteSpec, remote_arm
 
 FLASHINFER_CAKE = RemoteSpec("megamoe.bench.backend_layer:FLASHINFER_CAKE_LATE")
 FLASHINFER_FP8_PULL = RemoteSpec("megamoe.bench.backend_layer:FLASHINFER_FP8_PULL",
                                  env={"PYTHONPATH": "${MEGAMOE_FLASHINFER_DSL_PATH}"})
-DEEPSEEK_CASES = tuple(c for c in _cases() if _shape(c) is DEEPSEEK)
+DEEPSEEK_CASES = _cases((DEEPSEEK, DEEPSEEK_RANK), quick_shapes=(DEEPSEEK, DEEPSEEK_RANK))
+"""The whole DeepSeek-like layer (21 GiB of bf16 weights in each process: an H200's run) and
+one rank's share of it at EP8 (``dsrank``: 32 experts, fits beside FlashInfer's on an H100)."""
 
 
 def _side_by_side(name: str, description: str, ours: Arm, theirs: Arm,
