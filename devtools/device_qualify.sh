@@ -11,9 +11,10 @@
 #   run(command="bash devtools/device_qualify.sh seed mega_sm107", ...): a seeds' named suite
 #   (its single, multi and sanitize parts in one record; MEGAMOE_SEED_TIMEOUT s per part);
 #   "seed mega_sm107 2 single,multi" then "seed mega_sm107 2 sanitize": the parts in two calls
-#   (qualify.py --parts; --check-ledger joins them); its single part runs like `single`, in
-#   MEGAMOE_SINGLE_WORKERS xdist workers, then its timing and alone tests in one process
-#   (mega_sm107's single part took 248 s in one process on 2026-12-05)
+#   (qualify.py --parts; --check-ledger joins them); its single part runs in one process:
+#   on an H100 (2026-12-05) mega_sm107's took 248 s so, and 258 s in 12 xdist workers with
+#   --share-compiles (2 636 s of test time against 238: every worker builds its kernels, and
+#   twelve processes share one GPU)
 #   run(command="bash devtools/device_qualify.sh gpu", ...): `single` and the four sanitizer
 #   tools in one record, the tools beside single's xdist phase (--sanitizers-beside), to
 #   measure the whole single-GPU verdict's wall time (MEGAMOE_GPU_TIMEOUT s per suite,
@@ -105,7 +106,7 @@ case "$what" in
     parts=()
     if [ -n "${4:-}" ]; then parts=(--parts "$4"); fi
     qualify --suite "$name" --world-size "${3:-2}" "${parts[@]}" --require-arch sm_90 \
-      --workers "${MEGAMOE_SINGLE_WORKERS:-12}" --timeout "${MEGAMOE_SEED_TIMEOUT:-500}" --output-dir "$Q/$name" > "$Q/$name.log" 2>&1
+      --timeout "${MEGAMOE_SEED_TIMEOUT:-500}" --output-dir "$Q/$name" > "$Q/$name.log" 2>&1
     echo "$name rc=$?" >> "$Q/rc.txt"
     tag=$name${4:+-${4//,/-}} ;;
   gpu)

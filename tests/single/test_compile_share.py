@@ -49,8 +49,11 @@ print(json.dumps({"shared": shared, "compiles": compile_share.COUNTER.compiles,
 
 
 def _start(cache: Path, share: bool) -> subprocess.Popen:
+    # the checkout first, then whatever path finds the CuTe DSL (the GPU machine's is on
+    # PYTHONPATH: replacing it failed this test there with "No module named 'cutlass'")
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, DSL_CACHE_ENV: str(cache), SHARE_ENV: "1" if share else "0",
-           "PYTHONPATH": str(ROOT)}
+           "PYTHONPATH": path}
     return subprocess.Popen([sys.executable, "-c", BUILD_AND_RUN, *SHARED_RECIPES], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
