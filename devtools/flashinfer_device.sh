@@ -7,16 +7,19 @@
 #       carry=[".whl", ".whl-fi", ".flashinfer"], timeout_s=600)
 # The cake is CUDA C++ that FlashInfer's JIT builds with the machine's nvcc (sm_90a) and
 # tvm-ffi; our CuTe DSL (.whl) serves the harness. flashinfer-sm90-fp8-pull is CuTe DSL code
-# that needs a CuTe DSL of 4.4 or newer, which cannot share a process with ours, and 4.5.2
-# (python -m devtools.pack_device_wheels --dsl45: .whl-dsl45, about 52 MiB) fills a call with
-# the tree. So it takes two calls back to back (a warm machine keeps /tmp about 30 s):
-#   run(command="bash devtools/flashinfer_device.sh stage-dsl", carry=[".whl-dsl45"])
+# that needs a CuTe DSL of 4.6.2 or newer (flashinfer-python 0.7.2.post1 declares it; on 4.5.2
+# its kernels did not compile, 2026-12-05), which cannot share a process with ours. Packed by
+# `python -m devtools.pack_device_wheels --fi-dsl` (4.7.1 with its CUDA 13 compiler, about
+# 62 MiB as xz) in two parts, it takes three calls back to back (a warm machine keeps /tmp
+# about 30 s):
+#   run(command="bash devtools/flashinfer_device.sh stage-dsl", carry=[".whl-fidsl-1"])
+#   run(command="bash devtools/flashinfer_device.sh stage-dsl", carry=[".whl-fidsl-2"])
 #   run(command="bash devtools/flashinfer_device.sh flashinfer-sm90-fp8-pull",
 #       carry=[".whl-fi", ".flashinfer"], timeout_s=600)
 # The contract tests of a FlashInfer backend import no CuTe DSL of ours, so the FP8 pull's
-# call runs them on 4.5.2 alone (the adapter runs one rank in FlashInfer's single-rank mode,
+# call runs them on FlashInfer's DSL alone (the adapter runs one rank in FlashInfer's single-rank mode,
 # MEGA_NO_DIST=1: no nvshmem4py needed). Its "bench" runs layer_flashinfer_fp8: our arm on
-# .whl (carry it too), FlashInfer's worker on the staged 4.5.2 ($MEGAMOE_FLASHINFER_DSL_PATH).
+# .whl (carry it too), FlashInfer's worker on the staged DSL ($MEGAMOE_FLASHINFER_DSL_PATH).
 # With "bench [CASE_GLOB]" after the backend name the call runs the side-by-side benchmark
 # instead of the contract tests (layer_flashinfer_cake --quick, FlashInfer in a worker
 # process; CASE_GLOB default 'deepseek-*-T16', small shapes first) and brings back its JSON
@@ -33,29 +36,44 @@
 # build; docs/conformance.md). The FP8 pull and the benchmarks have not yet run.
 set -u
 backend=${1:?usage: bash devtools/flashinfer_device.sh stage-dsl | flashinfer-sm90-cake|flashinfer-sm90-fp8-pull [bench [CASE_GLOB]]}
-DSL45=${MEGAMOE_DSL45_SITE:-/tmp/dsl45}
+FIDSL=${MEGAMOE_FI_DSL_SITE:-/tmp/fidsl}
 source "$(dirname "$0")/gpu_lock.sh"  # one device script at a time (exit 3 beside another)
 source "$(dirname "$0")/unpack.sh"
-DSL45_PATH=$DSL45:$DSL45/nvidia_cutlass_dsl/python_packages
+# the wheel's nvidia_cutlass_dsl_packages.pth adds dsl_packages; a PYTHONPATH entry runs no .pth
+FIDSL_PATH=$FIDSL:$FIDSL/nvidia_cutlass_dsl/dsl_packages
 if [ "$backend" = stage-dsl ]; then
-  [ -f .whl-dsl45/site.tar.xz ] || { echo "stage-dsl: carry .whl-dsl45 (python -m devtools.pack_device_wheels --dsl45)"; exit 2; }
-  rm -rf "$DSL45.part" && unpack .whl-dsl45/site.tar.xz "$DSL45.part" \
-    && rm -rf "$DSL45" && mv "$DSL45.part" "$DSL45" \
-    || { echo "cannot unpack .whl-dsl45/site.tar.xz"; exit 1; }
-  PYTHONPATH=$DSL45_PATH python3 -c "from importlib.metadata import version; print('staged nvidia-cutlass-dsl', version('nvidia-cutlass-dsl'))"
+  # each call unpacks the part it carries (.whl-fidsl-<i>/site.tar.xz, "<i> <n>" in its part
+  # file) into $FIDSL.part; part 1 starts afresh; with all n in, $FIDSL.part becomes $FIDSL
+  found=
+  for dir in .whl-fidsl-*; do
+    [ -f "$dir/site.tar.xz" ] && [ -f "$dir/part" ] || continue
+    read -r i n < "$dir/part"
+    if [ "$i" = 1 ]; then rm -rf "$FIDSL.part" "$FIDSL"; fi
+    unpack "$dir/site.tar.xz" "$FIDSL.part" && touch "$FIDSL.part/.megamoe-part-$i-of-$n" \
+      || { echo "cannot unpack $dir/site.tar.xz"; exit 1; }
+    found=$n
+  done
+  [ -n "$found" ] || { echo "stage-dsl: carry .whl-fidsl-1, then .whl-fidsl-2 in the next call (python -m devtools.pack_device_wheels --fi-dsl)"; exit 2; }
+  have=$(find "$FIDSL.part" -maxdepth 1 -name ".megamoe-part-*-of-$found" | wc -l)
+  if [ "$have" -lt "$found" ]; then
+    echo "staged $have of $found parts of the CuTe DSL: carry the next part in the next call"
+    exit 0
+  fi
+  rm -rf "$FIDSL" && mv "$FIDSL.part" "$FIDSL" || { echo "cannot move $FIDSL.part to $FIDSL"; exit 1; }
+  PYTHONPATH=$FIDSL_PATH python3 -c "from importlib.metadata import version; print('staged nvidia-cutlass-dsl', version('nvidia-cutlass-dsl'))"
   exit $?
 fi
 if [ "$backend" = flashinfer-sm90-fp8-pull ]; then
-  [ -d "$DSL45/nvidia_cutlass_dsl" ] || { echo "no CuTe DSL 4.5.2 at $DSL45: run 'bash devtools/flashinfer_device.sh stage-dsl' (carry .whl-dsl45) in the call just before this one"; exit 3; }
+  [ -d "$FIDSL/nvidia_cutlass_dsl" ] || { echo "no CuTe DSL for FlashInfer at $FIDSL: run 'bash devtools/flashinfer_device.sh stage-dsl' with .whl-fidsl-1, then with .whl-fidsl-2, in the calls just before this one"; exit 3; }
 fi
 if [ "$backend" = flashinfer-sm90-fp8-pull ] && [ "${2:-}" != bench ]; then
-  # the contract tests import no CuTe DSL of ours: FlashInfer's 4.5.2 alone, no .whl
-  export PYTHONPATH=$DSL45_PATH:$PWD${PYTHONPATH:+:$PYTHONPATH} CUTE_DSL_ARCH=sm_90a \
+  # the contract tests import no CuTe DSL of ours: FlashInfer's alone, no .whl
+  export PYTHONPATH=$FIDSL_PATH:$PWD${PYTHONPATH:+:$PYTHONPATH} CUTE_DSL_ARCH=sm_90a \
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 else
   source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 fi
-export MEGAMOE_FLASHINFER_DSL_PATH=$DSL45_PATH
+export MEGAMOE_FLASHINFER_DSL_PATH=$FIDSL_PATH
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fisite .whl-fi/*.whl \
   || { echo "cannot install .whl-fi"; exit 1; }
 # FlashInfer's files travel packed (devtools/flashinfer_slim.py: 1.0 MiB against 11.6 unpacked)

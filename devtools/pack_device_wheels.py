@@ -12,9 +12,10 @@ rerun: with no wheel left in ``.whl`` it only rewrites the prelude.
 
 ``python -m devtools.pack_device_wheels --nvshmem`` does the same for nvshmem4py and the
 two packages it needs that the GPU image may lack, into ``.whl-nvshmem/site.tar.xz``
-(``devtools/nvshmem_device.sh`` unpacks it); ``--dsl45`` for the CuTe DSL 4.5.2 that
-FlashInfer's FP8 pull backend needs, into ``.whl-dsl45/site.tar.xz``
-(``devtools/flashinfer_device.sh stage-dsl`` unpacks it).
+(``devtools/nvshmem_device.sh`` unpacks it); ``--fi-dsl`` for the CuTe DSL that FlashInfer's
+FP8 pull backend needs, in two parts, ``.whl-fidsl-1/site.tar.xz`` and
+``.whl-fidsl-2/site.tar.xz`` (``devtools/flashinfer_device.sh stage-dsl`` unpacks each in a
+call of its own).
 
 Written here rather than using pip: pip installs a wheel but cannot repack one; the
 standard library's ``zipfile``, ``tarfile`` and ``lzma`` do the rest.
@@ -28,6 +29,7 @@ import sys
 import tarfile
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,18 +63,20 @@ def exclude_from_git(root: Path, folder: str) -> None:
             exclude.write_text("\n".join([*lines, f"/{folder}/"]) + "\n")
 
 
-def wheel_to_tar_xz(wheel: Path | list[Path], out: Path, preset: int = 6) -> int:
-    """Write every file of ``wheel`` (or of each wheel of a list, into one site) into the xz
-    tar ``out`` under its path in the wheel, with its Unix mode (0644 when the zip holds
-    none) and time; returns the file count. Written to a ``.part`` file first, so an
-    interrupted run leaves no truncated archive."""
+def wheel_to_tar_xz(wheel: Path | list[Path], out: Path, preset: int = 6,
+                    keep: Callable[[str], bool] | None = None) -> int:
+    """Write every file of ``wheel`` (or of each wheel of a list, into one site; only the
+    files whose path ``keep`` accepts, when given) into the xz tar ``out`` under its path in
+    the wheel, with its Unix mode (0644 when the zip holds none) and time; returns the file
+    count. Written to a ``.part`` file first, so an interrupted run leaves no truncated
+    archive."""
     part = out.with_name(out.name + ".part")
     count = 0
     with tarfile.open(part, "w:xz", preset=preset) as tf:
         for one in wheel if isinstance(wheel, list) else [wheel]:
             with zipfile.ZipFile(one) as zf:
                 for info in zf.infolist():
-                    if info.is_dir():
+                    if info.is_dir() or (keep is not None and not keep(info.filename)):
                         continue
                     data = zf.read(info)
                     member = tarfile.TarInfo(info.filename)
@@ -93,6 +97,10 @@ class ExtraSite:
     folder: str
     wheels: tuple[str, ...]
     """pip requirements, downloaded ``--no-deps`` for CPython 3.12 on x86-64 Linux."""
+    parts: int = 1
+    """More than one: the site is too big for one call and goes in ``parts`` archives,
+    ``<folder>-<i>/site.tar.xz`` for i = 1 to ``parts`` (``split_files``), each carried in a
+    call of its own."""
 
 
 NVSHMEM = ExtraSite(".whl-nvshmem", ("nvshmem4py-cu13==0.4.1", "cuda-core>=0.5.0,<0.6",
@@ -100,11 +108,19 @@ NVSHMEM = ExtraSite(".whl-nvshmem", ("nvshmem4py-cu13==0.4.1", "cuda-core>=0.5.0
 """nvshmem4py and the two packages it needs that the GPU image may lack (its other
 requirements, the NVSHMEM library, cuda-bindings and numpy, come with torch's CUDA build);
 about 13 MiB, for ``devtools/nvshmem_device.sh``."""
-DSL45 = ExtraSite(".whl-dsl45", ("nvidia-cutlass-dsl==4.5.2", "nvidia-cutlass-dsl-libs-base==4.5.2"))
-"""The CuTe DSL that FlashInfer's sm90 FP8 pull backend needs (4.4 or newer; ours is 4.3.5 and
-cannot share a process with it): about 52 MiB, which with the tree fills one device call, so
-``devtools/flashinfer_device.sh stage-dsl`` unpacks it in a call of its own."""
-EXTRA_SITES = {"--nvshmem": NVSHMEM, "--dsl45": DSL45}
+FI_DSL_VERSION = "4.7.1"
+FI_DSL = ExtraSite(".whl-fidsl", (
+    f"nvidia-cutlass-dsl=={FI_DSL_VERSION}", f"nvidia-cutlass-dsl-libs-base=={FI_DSL_VERSION}",
+    f"nvidia-cutlass-dsl-libs-core=={FI_DSL_VERSION}",
+    f"nvidia-cutlass-dsl-libs-cu13=={FI_DSL_VERSION}", "nvidia-cuda-nvdisasm>=13.3,<14"),
+    parts=2)
+"""The CuTe DSL that FlashInfer's sm90 FP8 pull backend needs (``flashinfer-python==0.7.2.post1``
+declares ``nvidia-cutlass-dsl>=4.6.2a0``; on 4.5.2 its kernels did not compile; ours is 4.3.5 and
+cannot share a process with it), with the CUDA 13 build of its compiler (the GPU machine's
+driver serves CUDA 13.0) and the nvdisasm it requires: about 62 MiB as xz, over one call with
+the tree, so in two parts (the compiler's 172 MiB module alone in the first), each unpacked
+by ``devtools/flashinfer_device.sh stage-dsl`` in a call of its own."""
+EXTRA_SITES = {"--nvshmem": NVSHMEM, "--fi-dsl": FI_DSL}
 
 
 PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64")
@@ -125,14 +141,42 @@ def pack_site(root: Path, site: ExtraSite, download: bool = True) -> Path:
     wheels = sorted(folder.glob("*.whl"))
     if not wheels:
         raise SystemExit(f"no wheel in {folder}")
-    archive = folder / ARCHIVE
-    n = wheel_to_tar_xz(wheels, archive)
-    print(f"{', '.join(w.name for w in wheels)}: {n} files -> {archive} "
-          f"({archive.stat().st_size >> 20} MiB)")
+    if site.parts == 1:
+        archives = [folder / ARCHIVE]
+        n = wheel_to_tar_xz(wheels, archives[0])
+        print(f"{', '.join(w.name for w in wheels)}: {n} files -> {archives[0]} "
+              f"({archives[0].stat().st_size >> 20} MiB)")
+    else:
+        archives = []
+        for i, names in enumerate(split_files(wheels, site.parts), start=1):
+            part = root / f"{site.folder}-{i}"
+            part.mkdir(exist_ok=True)
+            archives.append(part / ARCHIVE)
+            n = wheel_to_tar_xz(wheels, archives[-1], keep=names.__contains__)
+            (part / PART_FILE).write_text(f"{i} {site.parts}\n")
+            exclude_from_git(root, part.name)
+            print(f"part {i} of {site.parts}: {n} files -> {archives[-1]} "
+                  f"({archives[-1].stat().st_size >> 20} MiB)")
     for wheel in wheels:
         wheel.unlink()
     exclude_from_git(root, site.folder)
-    return archive
+    return archives[0]
+
+
+PART_FILE = "part"
+"""In each part's folder: ``"<i> <n>"``, which part of how many it is."""
+
+
+def split_files(wheels: list[Path], parts: int) -> list[frozenset[str]]:
+    """The files of ``wheels`` in ``parts`` groups: the ``parts - 1`` largest files one in
+    each of the first groups, every other file in the last (a site too big for one call is
+    too big because of a few large libraries)."""
+    sizes: dict[str, int] = {}
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as zf:
+            sizes.update({i.filename: i.file_size for i in zf.infolist() if not i.is_dir()})
+    largest = sorted(sizes, key=lambda n: -sizes[n])[: parts - 1]
+    return [frozenset({n}) for n in largest] + [frozenset(sizes) - frozenset(largest)]
 
 
 def pack(root: Path) -> Path:

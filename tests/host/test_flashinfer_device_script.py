@@ -49,10 +49,12 @@ PRELUDE = "export PRELUDE_RAN=1 PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}\
 
 
 def _run(tmp_path: Path, *args: str, carried_cache: Path | None = None,
-         dsl45: Path | None = None, flashinfer: bool = True) -> tuple[int, Path, str]:
-    """One call in a scratch checkout; ``dsl45``: where a staged CuTe DSL 4.5.2 site is (and a
-    carried ``.whl-dsl45/site.tar.xz`` holding one); ``flashinfer``: whether the packed
-    FlashInfer files (``.flashinfer/flashinfer.tar.xz``) are carried."""
+         fidsl: Path | None = None, dsl_parts: tuple[int, ...] = (1, 2),
+         flashinfer: bool = True) -> tuple[int, Path, str]:
+    """One call in a scratch checkout; ``fidsl``: where FlashInfer's CuTe DSL site is staged;
+    ``dsl_parts``: which parts of it the call carries (``.whl-fidsl-<i>/site.tar.xz`` of a
+    stand-in in two parts); ``flashinfer``: whether the packed FlashInfer files
+    (``.flashinfer/flashinfer.tar.xz``) are carried."""
     repo, out, bindir = tmp_path / "repo", tmp_path / "out", tmp_path / "bin"
     for d in (repo / ".whl", repo / ".whl-fi", out, bindir):
         d.mkdir(parents=True)
@@ -67,14 +69,16 @@ def _run(tmp_path: Path, *args: str, carried_cache: Path | None = None,
     (repo / "run_tests.sh").write_text(FAKE_RUN_TESTS)
     (repo / "run_tests.sh").chmod(0o755)
     (repo / ".whl-fi" / "apache_tvm_ffi-0.1.0-py3-none-any.whl").write_text("")
-    (repo / ".whl-dsl45").mkdir()
-    _dsl45_archive(repo / ".whl-dsl45" / "site.tar.xz")
+    for i in dsl_parts:
+        (repo / f".whl-fidsl-{i}").mkdir()
+        _archive(repo / f".whl-fidsl-{i}" / "site.tar.xz", FIDSL_PARTS[i - 1])
+        (repo / f".whl-fidsl-{i}" / "part").write_text(f"{i} {len(FIDSL_PARTS)}\n")
     (bindir / "python3").write_text(FAKE_PYTHON)
     (bindir / "python3").chmod(0o755)
     env = {**os.environ, "OUT": str(out), "PATH": f"{bindir}:{os.environ['PATH']}",
            "MEGAMOE_FI_BENCH_DIR": str(tmp_path / "fib"), "MEGAMOE_GPU_LOCK": str(tmp_path / "gpu.lock"),
            "MEGAMOE_FI_WORKSPACE": str(tmp_path / "fiws"), "MEGAMOE_FI_ROOT": str(tmp_path / "fi-root"),
-           "MEGAMOE_DSL45_SITE": str(dsl45 or tmp_path / "dsl45")}
+           "MEGAMOE_FI_DSL_SITE": str(fidsl or tmp_path / "fidsl")}
     r = subprocess.run(["bash", str(SCRIPT), *args], cwd=repo, env=env, capture_output=True,
                        text=True, timeout=60)
     return r.returncode, out, r.stdout + r.stderr
@@ -90,18 +94,32 @@ def _archive(path: Path, members: tuple[tuple[str, str], ...]) -> None:
             tar.addfile(member, io.BytesIO(data))
 
 
-def _dsl45_archive(path: Path) -> None:
-    """A stand-in for ``.whl-dsl45/site.tar.xz``: the package folder and the metadata that
-    says its version."""
-    _archive(path, (("nvidia_cutlass_dsl/python_packages/cutlass/__init__.py", ""),
-                    ("nvidia_cutlass_dsl-4.5.2.dist-info/METADATA",
-                     "Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: 4.5.2\n")))
+FIDSL_PARTS = (
+    (("nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir.so", "the compiler"),),
+    (("nvidia_cutlass_dsl/dsl_packages/cutlass/__init__.py", ""),
+     ("nvidia_cutlass_dsl-4.7.1.dist-info/METADATA",
+      "Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: 4.7.1\n")),
+)
+"""A stand-in for ``python -m devtools.pack_device_wheels --fi-dsl``'s two parts: the
+compiler's module alone, then the package and the metadata that says its version."""
 
 
-def test_the_dsl_is_staged_in_a_call_of_its_own_and_says_its_version(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    rc, _, log = _run(tmp_path, "stage-dsl")
-    assert rc == 0 and "staged nvidia-cutlass-dsl 4.5.2" in log, log
-    assert (tmp_path / "dsl45" / "nvidia_cutlass_dsl" / "python_packages" / "cutlass").is_dir()
+def test_the_dsl_is_staged_part_by_part_in_calls_of_their_own_and_says_its_version(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    staged = tmp_path / "staged"
+    rc, _, log = _run(tmp_path / "first", "stage-dsl", fidsl=staged, dsl_parts=(1,))
+    assert rc == 0 and "staged 1 of 2 parts" in log and not staged.exists(), log
+    rc, _, log = _run(tmp_path / "second", "stage-dsl", fidsl=staged, dsl_parts=(2,))
+    assert rc == 0 and "staged nvidia-cutlass-dsl 4.7.1" in log, log
+    libs = staged / "nvidia_cutlass_dsl" / "dsl_packages" / "cutlass" / "_mlir" / "_mlir_libs"
+    assert (libs / "_cutlass_ir.so").read_text() == "the compiler"
+
+
+def test_a_second_part_without_the_first_stages_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    staged = tmp_path / "staged"
+    rc, _, log = _run(tmp_path / "only", "stage-dsl", fidsl=staged, dsl_parts=(2,))
+    assert rc == 0 and "staged 1 of 2 parts" in log and not staged.exists(), log
+    rc, _, log = _run(tmp_path / "none", "stage-dsl", fidsl=staged, dsl_parts=())
+    assert rc == 2 and ".whl-fidsl-1" in log, log
 
 
 def test_the_fp8_pull_without_a_staged_dsl_is_refused_before_anything_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -111,27 +129,27 @@ def test_the_fp8_pull_without_a_staged_dsl_is_refused_before_anything_runs(tmp_p
 
 def test_the_fp8_pull_contract_tests_run_on_the_staged_dsl_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
     staged = tmp_path / "staged"
-    rc, _, log = _run(tmp_path / "first", "stage-dsl", dsl45=staged)
+    rc, _, log = _run(tmp_path / "first", "stage-dsl", fidsl=staged)
     assert rc == 0, log
-    rc, out, log = _run(tmp_path / "second", "flashinfer-sm90-fp8-pull", dsl45=staged)
+    rc, out, log = _run(tmp_path / "second", "flashinfer-sm90-fp8-pull", fidsl=staged)
     assert rc == 0, log
     ran = json.loads((out / "run_tests.json").read_text())
     assert ran["argv"][:3] == ["single", "--moe-backend", "flashinfer-sm90-fp8-pull"]
     path = ran["path"].split(os.pathsep)
-    assert path[:2] == [str(staged), f"{staged}/nvidia_cutlass_dsl/python_packages"]
+    assert path[:2] == [str(staged), f"{staged}/nvidia_cutlass_dsl/dsl_packages"]
     assert "/tmp/site" not in path and ran["prelude"] is None  # no CuTe DSL of ours
     assert (out / "flashinfer-sm90-fp8-pull-conformance.md").read_text().startswith("| rule")
 
 
 def test_the_fp8_pull_bench_runs_ours_on_our_dsl_and_theirs_on_the_staged_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
     staged = tmp_path / "staged"
-    assert _run(tmp_path / "first", "stage-dsl", dsl45=staged)[0] == 0
-    rc, out, log = _run(tmp_path / "second", "flashinfer-sm90-fp8-pull", "bench", dsl45=staged)
+    assert _run(tmp_path / "first", "stage-dsl", fidsl=staged)[0] == 0
+    rc, out, log = _run(tmp_path / "second", "flashinfer-sm90-fp8-pull", "bench", fidsl=staged)
     assert rc == 0, log
     rec = json.loads((out / "layer_flashinfer_fp8.json").read_text())
     assert rec["argv"][:3] == ["-m", "megamoe.bench", "layer_flashinfer_fp8"]
     assert rec["prelude"] == "1" and "/tmp/site" in rec["path"].split(os.pathsep)
-    assert rec["dsl_path"] == f"{staged}{os.pathsep}{staged}/nvidia_cutlass_dsl/python_packages"
+    assert rec["dsl_path"] == f"{staged}{os.pathsep}{staged}/nvidia_cutlass_dsl/dsl_packages"
 
 
 def test_the_bench_mode_runs_small_cases_first_and_brings_back_the_record(tmp_path) -> None:  # type: ignore[no-untyped-def]

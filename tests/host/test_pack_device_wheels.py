@@ -116,8 +116,9 @@ def test_the_check_catches_a_dropped_exec_bit(tmp_path):
 
 @pytest.mark.parametrize("flag", sorted(pdw.EXTRA_SITES))
 def test_an_extra_site_holds_every_wheel_and_the_wheels_go(tmp_path, flag):
-    """``--nvshmem``, ``--dsl45``: the wheels of the site's folder become one site (each file,
-    content and mode), the wheels are deleted and the folder is excluded from git."""
+    """``--nvshmem``, ``--fi-dsl``: the wheels of the site's folder become one site (each file,
+    content and mode; ``--fi-dsl`` in two archives that together hold it), the wheels are
+    deleted and the folders are excluded from git."""
     site_spec = pdw.EXTRA_SITES[flag]
     root = tmp_path / "repo"
     folder = root / site_spec.folder
@@ -128,10 +129,24 @@ def test_an_extra_site_holds_every_wheel_and_the_wheels_go(tmp_path, flag):
              {"cuda/core/__init__.py": (b"", 0o644)}]
     for i, files in enumerate(parts):
         make_wheel(folder / f"w{i}-1.0-py3-none-any.whl", files)
-    archive = pdw.pack_site(root, site_spec, download=False)
-    assert sorted(p.name for p in folder.iterdir()) == [pdw.ARCHIVE]
+    pdw.pack_site(root, site_spec, download=False)
     site = tmp_path / "site"
-    with tarfile.open(archive) as tf:
-        tf.extractall(site, filter="tar")
+    excluded = (root / ".git" / "info" / "exclude").read_text().splitlines()
+    assert f"/{site_spec.folder}/" in excluded
+    if site_spec.parts == 1:
+        folders = [folder]
+    else:  # the largest file alone in part 1, the rest in part 2, each folder excluded
+        assert site_spec.parts == 2
+        folders = [root / f"{site_spec.folder}-{i}" for i in (1, 2)]
+        for i, part in enumerate(folders, start=1):
+            assert sorted(p.name for p in part.iterdir()) == sorted((pdw.ARCHIVE, pdw.PART_FILE))
+            assert (part / pdw.PART_FILE).read_text() == f"{i} 2\n"
+            assert f"/{part.name}/" in excluded
+        with tarfile.open(folders[0] / pdw.ARCHIVE) as tf:
+            assert tf.getnames() == ["nvshmem/lib/libnv.so"]
+        assert sorted(p.name for p in folder.iterdir()) == []  # the wheels went
+    for one in folders:
+        assert pdw.ARCHIVE in [p.name for p in one.iterdir()]
+        with tarfile.open(one / pdw.ARCHIVE) as tf:
+            tf.extractall(site, filter="tar")
     assert differences(site, {**parts[0], **parts[1]}) == []
-    assert f"/{site_spec.folder}/" in (root / ".git" / "info" / "exclude").read_text()

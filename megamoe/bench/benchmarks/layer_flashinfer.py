@@ -9,7 +9,7 @@ oracle (each in its recipe) before timing:
   ``fp8_fp8_bf16_pull_cutedsl`` in its blockwise mode (recipe ``fp8_block``: 1 x 128 float32
   activation scales, 128 x 128 weight scales), early weighting. The arms do the same GEMM work
   at the same precision, not the same arithmetic; the ratio says which FP8 layer is faster on
-  these shapes, not which kernel is better at one recipe. FlashInfer's arm needs CuTe DSL 4.4 or
+  these shapes, not which kernel is better at one recipe. FlashInfer's arm needs CuTe DSL 4.6.2 or
   newer, which cannot share a process with ours: its worker puts ``$MEGAMOE_FLASHINFER_DSL_PATH``
   (the site of that CuTe DSL) first on its ``PYTHONPATH``.
 
