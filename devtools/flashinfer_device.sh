@@ -22,7 +22,8 @@
 # .whl (carry it too), FlashInfer's worker on the staged DSL ($MEGAMOE_FLASHINFER_DSL_PATH).
 # With "bench [CASE_GLOB]" after the backend name the call runs the side-by-side benchmark
 # instead of the contract tests (layer_flashinfer_cake --quick, FlashInfer in a worker
-# process; CASE_GLOB default 'deepseek-*-T16', small shapes first) and brings back its JSON
+# process; CASE_GLOB default 'dsrank-*-T16': one rank's share of the DeepSeek-like layer, small
+# cases first; the whole layer's 'deepseek-*' cases need an H200's memory) and brings back its JSON
 # record and log:
 #   run(command="bash devtools/flashinfer_device.sh flashinfer-sm90-cake bench", ...)
 # FlashInfer's JIT cache (the cake's build took about 145 s on the H200) lives under
@@ -33,7 +34,9 @@
 # .fi-jit (about 7 MiB) is about 51 MiB before the tree (about 10 MiB tracked, 2026-12-05),
 # inside the 64 MiB a call takes; unpacked (11.6 MiB) it was over.
 # Run on an H100 on 2026-12-05: flashinfer-sm90-cake's contract tests (211 s with the JIT
-# build; docs/conformance.md). The FP8 pull and the benchmarks have not yet run.
+# build; docs/conformance.md) and its benchmark at 'dsrank-uniform-T16' (163 s with the JIT
+# build; docs/perf.md "Side by side with FlashInfer"). The FP8 pull ran once on CuTe DSL 4.5.2,
+# where its kernels did not compile; it has not run on the DSL it declares.
 set -u
 backend=${1:?usage: bash devtools/flashinfer_device.sh stage-dsl | flashinfer-sm90-cake|flashinfer-sm90-fp8-pull [bench [CASE_GLOB]]}
 FIDSL=${MEGAMOE_FI_DSL_SITE:-/tmp/fidsl}
@@ -104,7 +107,7 @@ if [ "${2:-}" = bench ]; then
   esac
   dir=${MEGAMOE_FI_BENCH_DIR:-/tmp/fib}
   timeout -k 10 "${MEGAMOE_FI_BENCH_TIMEOUT:-540}" python3 -m megamoe.bench "$bench" \
-    --quick --case "${3:-deepseek-*-T16}" --no-plots --output-dir "$dir" > "$OUT/bench.log" 2>&1
+    --quick --case "${3:-dsrank-*-T16}" --no-plots --output-dir "$dir" > "$OUT/bench.log" 2>&1
   rc=$?
   cp "$dir/$bench.json" "$OUT/" 2>/dev/null
   tail -n 20 "$OUT/bench.log"

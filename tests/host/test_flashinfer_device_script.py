@@ -158,7 +158,7 @@ def test_the_bench_mode_runs_small_cases_first_and_brings_back_the_record(tmp_pa
     rec = json.loads((out / "layer_flashinfer_cake.json").read_text())
     argv = rec["argv"]
     assert argv[:3] == ["-m", "megamoe.bench", "layer_flashinfer_cake"] and "--quick" in argv
-    assert argv[argv.index("--case") + 1] == "deepseek-*-T16"
+    assert argv[argv.index("--case") + 1] == "dsrank-*-T16"
     root = tmp_path / "fi-root"  # the packed files, unpacked on the machine
     assert rec["root"] == str(root)
     assert (root / "flashinfer" / "moe_ep" / "__init__.py").read_text() == "# moe_ep"
