@@ -67,9 +67,14 @@ def case_work(shape: dict, scenario: str, seed: int) -> CaseWork:
 def arm_math(arm: str) -> tuple[float, str]:
     """``(weight bytes per element, matmul-rate ceiling)`` of an arm: bf16 and ``bf16_mm``
     for ours and torch's bf16 layers; for ``layer-<recipe>`` the recipe's payload and scale
-    bytes and ``fp8_mm`` (the recipes' math, as ``layer_quantized`` judges them)."""
+    bytes and ``fp8_mm`` (the recipes' math, as ``layer_quantized`` judges them); for the
+    side-by-side arms, their recipe's (``layer_flashinfer.ARM_RECIPES``)."""
+    from megamoe.bench.backend_layer import RECIPE_WORK
+    from megamoe.bench.benchmarks.layer_flashinfer import ARM_RECIPES
     from megamoe.bench.benchmarks.layer_quantized import RECIPES
 
+    if arm in ARM_RECIPES:  # the side-by-side benchmarks' arms (``layer_flashinfer``)
+        return RECIPE_WORK[ARM_RECIPES[arm]]
     for q in RECIPES:
         if arm == f"layer-{q.recipe.replace('_', '-')}":
             return q.bytes_per_weight, QUANTIZED_RATE

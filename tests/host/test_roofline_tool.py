@@ -87,3 +87,32 @@ def test_every_layer_arm_has_its_weight_bytes_and_rate_and_others_are_refused() 
     assert roofline.arm_math("layer-nvfp4") == (0.5 + 1 / 16, "fp8_mm")  # E4M3 per 16
     with pytest.raises(ValueError, match="arm"):
         roofline.arm_math("copy")
+
+
+def test_the_side_by_side_arms_are_read_by_their_recipe_and_every_one_is_known() -> None:
+    from megamoe.bench.benchmarks import layer_flashinfer as lf
+
+    arms = {a.name for b in (lf.LAYER_FLASHINFER_CAKE, lf.LAYER_FLASHINFER_FP8)
+            for a in (b.candidate, *b.baselines)}
+    assert arms == set(lf.ARM_RECIPES)
+    assert roofline.arm_math("layer-late") == roofline.arm_math("flashinfer-sm90-cake") \
+        == (2.0, "bf16_mm")
+    assert roofline.arm_math("flashinfer-sm90-fp8-pull") == (1 + 4 / (128 * 128), "fp8_mm")
+
+
+def test_the_committed_side_by_side_record_is_bound_by_its_weight_stream() -> None:
+    """``dsrank-uniform-T16`` (docs/perf.md "Side by side with FlashInfer"): 128 routes over 32
+    experts touch all 32, so the bound is their 2.8 GB over ``copy_bw``, and both arms took
+    within 6 % of it."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    path = (Path(__file__).resolve().parents[2] / "docs" / "perf" / "records"
+            / "layer_flashinfer_cake-dsrank-uniform-T16-f12cb576008f.json.gz")
+    rows = roofline.bounds(json.loads(gzip.decompress(path.read_bytes())))
+    bw = 3.0045157e12
+    assert {r.arm for r in rows} == {"layer-late", "flashinfer-sm90-cake"} and len(rows) == 4
+    for r in rows:
+        assert r.bound_s == pytest.approx(32 * HI3 * 2 / bw, rel=1e-6) and r.attainable == 1.0
+        assert 1.0 < r.seconds / r.bound_s < 1.06

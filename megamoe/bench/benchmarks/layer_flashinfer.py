@@ -43,6 +43,12 @@ DEEPSEEK_CASES = _cases((DEEPSEEK, DEEPSEEK_RANK), quick_shapes=(DEEPSEEK, DEEPS
 one rank's share of it at EP8 (``dsrank``: 32 experts, fits beside FlashInfer's on an H100)."""
 
 
+ARM_RECIPES: dict[str, str] = {"layer-late": "bf16", "flashinfer-sm90-cake": "bf16",
+                               "layer-mxfp8": "mxfp8", "flashinfer-sm90-fp8-pull": "fp8_block"}
+"""Each side-by-side arm's recipe: its weight bytes per weight and the matmul ceiling its FLOPs
+are read against (``backend_layer.RECIPE_WORK``; ``devtools.roofline`` reads it)."""
+
+
 def _side_by_side(name: str, description: str, ours: Arm, theirs: Arm,
                   matmul: str) -> Benchmark:
     """Our arm against FlashInfer's remote arm on the DeepSeek-like cases, read against the
