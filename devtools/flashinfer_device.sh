@@ -26,6 +26,8 @@
 # cases first; the whole layer's 'deepseek-*' cases need an H200's memory) and brings back its JSON
 # record and log:
 #   run(command="bash devtools/flashinfer_device.sh flashinfer-sm90-cake bench", ...)
+# (begin the command with `export MEGAMOE_GIT_COMMIT=<the commit>;` so that the record names it:
+# the GPU machine's copy has a stale .git, devtools/README.md)
 # FlashInfer's JIT cache (the cake's build took about 145 s on the H200) lives under
 # $FLASHINFER_WORKSPACE_BASE (/tmp/fiws) and comes back as $OUT/fi-jit-cache.tgz; copy it to
 # .fi-jit/cache.tgz (git-ignored) and add ".fi-jit" to carry: the next call unpacks it and
