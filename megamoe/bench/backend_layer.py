@@ -55,7 +55,8 @@ def reference_routes(ids: torch.Tensor, scores: torch.Tensor, w13: torch.Tensor,
         return ids, scores, ExpertWeights("bf16", w13, w2), cfg
     touched = torch.unique(ids[ids >= 0])
     if touched.numel() < cfg.top_k:  # the config needs E >= K: add experts no route reads
-        spare = torch.tensor([e for e in range(cfg.num_experts) if e not in set(touched.tolist())],
+        used = set(touched.tolist())
+        spare = torch.tensor([e for e in range(cfg.num_experts) if e not in used],
                              dtype=touched.dtype, device=touched.device)
         touched = torch.sort(torch.cat((touched, spare[: cfg.top_k - touched.numel()]))).values
     local = torch.where(ids >= 0, torch.searchsorted(touched, ids.clamp(min=0)), ids)
