@@ -16,11 +16,11 @@ builds sm_90a, on the machine.
 
 from __future__ import annotations
 
-import io
 import sys
-import tarfile
 import zipfile
 from pathlib import Path
+
+from devtools.pack_device_wheels import wheel_to_tar_xz
 
 ARCHIVE = "flashinfer.tar.xz"
 """The file ``slim`` writes in ``OUT_DIR`` (the device script's name for it too)."""
@@ -38,25 +38,21 @@ KEEP_FILES = tuple(f"flashinfer/{name}" for name in (
 """Helpers ``moe_ep``'s sm90 backends import or compile with (besides ``moe_ep`` itself)."""
 
 
+def kept(name: str) -> bool:
+    """Whether the wheel's file ``name`` goes into the archive."""
+    return name.startswith(KEEP_PREFIXES) or name in KEEP_FILES
+
+
 def slim(wheel: Path, out: Path) -> tuple[int, int, list[str]]:
-    """Pack the kept files of ``wheel`` into ``out/ARCHIVE``; ``(files, bytes unpacked,
-    missing)``."""
-    files = nbytes = 0
-    out.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as z, tarfile.open(out / ARCHIVE, "w:xz") as tar:
+    """Pack the kept files of ``wheel`` into ``out/ARCHIVE`` (``pack_device_wheels``'s
+    ``wheel_to_tar_xz``, the one way this project turns a wheel into an archive); ``(files,
+    bytes unpacked, missing)``."""
+    with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
-        missing = [f for f in KEEP_FILES if f not in names]
-        for name in sorted(names):
-            if name.endswith("/") or not (name.startswith(KEEP_PREFIXES) or name in KEEP_FILES):
-                continue
-            data = z.read(name)
-            member = tarfile.TarInfo(name)
-            member.size = len(data)
-            member.mode = 0o644
-            tar.addfile(member, io.BytesIO(data))
-            files += 1
-            nbytes += len(data)
-    return files, nbytes, missing
+        nbytes = sum(i.file_size for i in z.infolist() if not i.is_dir() and kept(i.filename))
+    out.mkdir(parents=True, exist_ok=True)
+    files = wheel_to_tar_xz(wheel, out / ARCHIVE, keep=kept)
+    return files, nbytes, [f for f in KEEP_FILES if f not in names]
 
 
 def main(argv: list[str]) -> int:

@@ -75,7 +75,6 @@ def backend_layer(backend: str, weighting: str, recipe: str = "bf16") -> Builder
         from megamoe.errors import ConfigError
         from oracle.compare import compare_rows
         from oracle.experts import moe_forward
-        from oracle.moe_config import MoEConfig
 
         s = _shape(case)
         t = case.shape["tokens"]
