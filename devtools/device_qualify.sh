@@ -42,9 +42,11 @@
 # sanitize: the compute-sanitizer tools (tests.suites.SANITIZER_TOOLS) in parallel, each
 # under MEGAMOE_SANITIZE_TIMEOUT s (default 420; session 32: racecheck passed 280 s with 15
 # cases, the other three finished inside it).
+# single and gpu pass --share-compiles (each kernel lowered once in the run; the record says
+# so; docs/qualification.md): the whole single in three shards passed with it on an H100 in
+# 662 s against 717 s (2026-12-05). MEGAMOE_SHARE_COMPILES=0 leaves it off.
 # MEGAMOE_QUALIFY_EXTRA: options added to every qualify.py run of the call, e.g.
-# `MEGAMOE_QUALIFY_EXTRA=--share-compiles bash devtools/device_qualify.sh single 1/3` (each
-# kernel compiled once in the run, docs/qualification.md; the record says so).
+# `MEGAMOE_QUALIFY_EXTRA=--group-compiles bash devtools/device_qualify.sh single 1/3`.
 # Every qualify.py run gets --wall-budget: what is left until MEGAMOE_CALL_END (epoch seconds;
 # default: this script's start + 570 s, the device call's 600 s less the archive and the copy
 # back), so that a run past it still ends, writes its record and brings its logs back (gpu 1/3
@@ -66,6 +68,8 @@ source "$(dirname "$0")/gpu_lock.sh"  # one device script at a time (exit 3 besi
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
+share=(--share-compiles)
+if [ "${MEGAMOE_SHARE_COMPILES:-1}" = 0 ]; then share=(); fi
 # a fresh $Q each call: on a warm machine an earlier call's statuses and records are still
 # there, and its failed suite would fail this call (or its records come back again)
 rm -rf "$Q"
@@ -74,7 +78,7 @@ case "$what" in
   single)
     shard=()
     if [ -n "${2:-}" ]; then shard=(--shard "$2"); fi
-    qualify --suite single --require-arch sm_90 --workers "${MEGAMOE_SINGLE_WORKERS:-12}" \
+    qualify --suite single "${share[@]}" --require-arch sm_90 --workers "${MEGAMOE_SINGLE_WORKERS:-12}" \
       --timeout "${MEGAMOE_SINGLE_TIMEOUT:-560}" "${shard[@]}" \
       --output-dir "$Q/single" > "$Q/single.log" 2>&1
     echo "single ${2:-} rc=$?" >> "$Q/rc.txt"
@@ -112,7 +116,7 @@ case "$what" in
   gpu)
     shard=()
     if [ -n "${2:-}" ]; then shard=(--shard "$2"); fi
-    qualify --suite gpu --sanitizers-beside --require-arch sm_90 \
+    qualify --suite gpu "${share[@]}" --sanitizers-beside --require-arch sm_90 \
       --workers "${MEGAMOE_SINGLE_WORKERS:-12}" --timeout "${MEGAMOE_GPU_TIMEOUT:-560}" \
       "${shard[@]}" --output-dir "$Q/gpu" > "$Q/gpu.log" 2>&1
     echo "gpu ${2:-} rc=$?" >> "$Q/rc.txt"
