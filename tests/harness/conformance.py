@@ -6,7 +6,9 @@ the first line of every failure and the command that reruns that one test.
     python -m tests.harness.conformance --backend flashinfer-sm90-cake out/cake.xml
 
 A rule's tests are the ones that name it (``@pytest.mark.contract``, collected as
-``tests.harness.contract_map`` collects them). A rule passes when at least one of its test
+``tests.harness.contract_map`` collects them, against the same backend: its recipes and
+weightings parametrize the tests, so a report's case ids are found only among the ids of a
+collection against the backend that ran them). A rule passes when at least one of its test
 cases ran and none failed; it fails when any case failed or errored (a refusal or a missing
 feature fails its test, so it shows here with its sentence); it is *not run* when no case of
 its tests is in the reports (another tier's rule, or a test the run did not select). A
@@ -126,7 +128,8 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("junit", nargs="+", type=Path, help="JUnit XML reports of the run")
     args = ap.parse_args(list(argv))
     rules = doc_rules(CONTRACT.read_text())
-    table = verdicts(rules, collect_marks(dirs=BACKEND_TEST_DIRS), junit_results(args.junit))
+    marks = collect_marks(dirs=BACKEND_TEST_DIRS, moe_backend=args.backend)
+    table = verdicts(rules, marks, junit_results(args.junit))
     sys.stdout.write(render(args.backend, table))
     return 0
 

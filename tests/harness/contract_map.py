@@ -63,14 +63,17 @@ def doc_rules(text: str) -> tuple[str, ...]:
 
 
 def collect_marks(root: Path = ROOT, python: str = sys.executable,
-                  dirs: tuple[str, ...] = TEST_DIRS) -> dict[str, list[str]]:
+                  dirs: tuple[str, ...] = TEST_DIRS,
+                  moe_backend: str | None = None) -> dict[str, list[str]]:
     """node id -> rule ids, for every test collected under ``dirs`` (a pytest subprocess,
-    collection only)."""
+    collection only); with ``moe_backend``, collected as a run against that backend collects
+    them (its recipes and weightings parametrize the tests, so the node ids are its run's)."""
+    backend = ["--moe-backend", moe_backend] if moe_backend else []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "marks.json"
         proc = subprocess.run(
             [python, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-             "-p", "tests.harness.contract_plugin", *dirs],
+             "-p", "tests.harness.contract_plugin", *backend, *dirs],
             cwd=root, env={**os.environ, OUT_ENV: str(out)}, capture_output=True, text=True,
             check=False)
         if proc.returncode not in (0, 5) or not out.exists():

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -221,11 +222,40 @@ def scratch_copy(root: Path, dest: Path) -> Path:
     return dest
 
 
-def _imports_from_copy(python: str, copy: Path) -> str:
+def copy_env(copy: Path, root: Path) -> dict[str, str]:
+    """The environment a mutant's tests run in: the copy first on ``PYTHONPATH``, then the
+    caller's entries (the device's CuTe DSL site travels there: found on an H100, 2026-12-05,
+    when a ``PYTHONPATH`` of the copy alone left every GPU-tier test module unable to import
+    ``cutlass``), less any entry that is the original tree, which must not stand in for it."""
+    kept = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if e and Path(e).resolve() != root.resolve()]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), *kept])}
+
+
+def collection_errors(report: Path) -> tuple[list[str], bool]:
+    """From a pytest JUnit report: the modules that failed to collect (first line of each),
+    and whether any test itself failed or errored. A collection error is a broken run, not a
+    kill (found on an H100, 2026-12-05: an ``ImportError`` under ``-x`` exited 1 and read as
+    *killed*)."""
+    if not report.is_file():
+        return [], False
+    bad, failed = [], False
+    for case in ET.parse(report).getroot().iter("testcase"):
+        for tag in ("failure", "error"):
+            for el in case.findall(tag):
+                if (el.get("message") or "").startswith("collection failure"):
+                    lines = (el.text or "").strip().splitlines()
+                    bad.append(f"{case.get('name', '')}: {lines[-1] if lines else ''}"[:300])
+                else:
+                    failed = True
+    return bad, failed
+
+
+def _imports_from_copy(python: str, copy: Path, root: Path) -> str:
     """'' when the copy's own packages are the ones imported there, else what was."""
     code = "import megamoe, oracle; print(megamoe.__file__); print(oracle.__file__)"
     proc = subprocess.run([python, "-c", code], cwd=copy, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(copy)}, check=False)
+                          env=copy_env(copy, root), check=False)
     files = proc.stdout.split()
     if proc.returncode != 0 or len(files) != 2:
         return f"cannot import the copy's packages: {proc.stderr[-500:]}"
@@ -257,7 +287,7 @@ def run_mutant(patch: Path, *, root: Path, python: str, tiers: Sequence[str],
         if applied.returncode != 0:
             return MutantResult(name, ERROR, f"the patch does not apply: "
                                 f"{applied.stderr.strip()[-300:]}", touched, tiers=run_tiers)
-        wrong = _imports_from_copy(python, copy)
+        wrong = _imports_from_copy(python, copy, root)
         if wrong:
             return MutantResult(name, ERROR, wrong, touched, tiers=run_tiers)
         tests = tuple(header.get("tests", ())) or tuple(covering_tests(copy, touched, run_tiers))
@@ -265,13 +295,18 @@ def run_mutant(patch: Path, *, root: Path, python: str, tiers: Sequence[str],
             return MutantResult(name, ERROR, "no test covers the touched files", touched,
                                 tiers=run_tiers)
         marks = " or ".join(dict.fromkeys(f"({SUITES[t].markexpr})" for t in run_tiers))
+        report = out_dir / f"mutant-{name}.xml"
+        report.unlink(missing_ok=True)
         cmd = [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-               "-m", marks, *tests]
+               f"--junitxml={report}", "-m", marks, *tests]
         res = run_process(cmd, cwd=copy, log_path=log, timeout_s=timeout_s,
-                          env={**os.environ, "PYTHONPATH": str(copy)})
+                          env=copy_env(copy, root))
     took = round(time.monotonic() - t0, 3)
+    broken, failed = collection_errors(report)
     if res.timed_out or res.returncode == TIMEOUT_EXIT:
         verdict, detail = TIMEOUT, f"tests ran past {timeout_s} s"
+    elif broken and not failed:
+        verdict, detail = ERROR, f"the covering tests did not collect: {broken[0]}"
     elif res.returncode == 0:
         verdict, detail = SURVIVED, f"{len(tests)} test module(s) passed with the bug in"
     elif res.returncode == 1:

@@ -1,6 +1,7 @@
 """Backends for the host tests of the backend interface (``test_backends.py``,
 ``test_bench_backend_layer.py``): a toy that declares one recipe and no CPU support, and our
-layer with a planted bug behind the interface. Named ``package.module:attribute``, as a user names their own backend."""
+layer with a planted bug behind the interface (an id of -1 read as the last expert, ``0 * NaN``
+in the combine, the score never applied, masked slots that add what an earlier forward left). Named ``package.module:attribute``, as a user names their own backend."""
 
 from __future__ import annotations
 
@@ -30,6 +31,25 @@ class PlantedHandle:
     def __init__(self, inner, bug: str, num_experts: int) -> None:  # type: ignore[no-untyped-def]
         self.inner, self.bug, self.e = inner, bug, num_experts
         self.check_errors, self.destroy = inner.check_errors, inner.destroy
+        self.cells: torch.Tensor | None = None  # "stale": float32 [rows, K, H]
+
+    def _stale(self, out: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """``stale``: each (row, slot) has a cell that an active slot fills and the row sums,
+        masked slots included (FlashInfer's FP8 pull, docs/conformance.md); the row's output
+        stands in for the slot's term."""
+        t, k = ids.shape
+        rows = out[:t].float()
+        if self.cells is None or self.cells.shape[0] < t:
+            grown = torch.zeros(t, k, rows.shape[1], dtype=torch.float32, device=out.device)
+            if self.cells is not None:
+                grown[: self.cells.shape[0]] = self.cells
+            self.cells = grown
+        masked = (ids < 0).unsqueeze(-1)
+        stale = torch.where(masked, self.cells[:t], 0.0).sum(dim=1)
+        self.cells[:t] = torch.where(masked, self.cells[:t], rows.unsqueeze(1))
+        got = out.clone()
+        got[:t] = (rows + stale).to(out.dtype)
+        return got
 
     def _routes(self, ids: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.bug == "wrap":  # an id of -1 read as the last expert, with its masked score
@@ -52,6 +72,8 @@ class PlantedHandle:
     def forward(self, hidden, topk_ids, topk_weights, *, live_tokens=None, out=None):  # type: ignore[no-untyped-def]
         ids, w = self._routes(topk_ids, topk_weights)
         got = self.inner.forward(hidden, ids, w, live_tokens=live_tokens, out=out)
+        if self.bug == "stale":
+            got = self._stale(got, topk_ids)
         return self._leak(got, topk_ids, topk_weights)
 
     def stages_ran(self) -> Mapping[str, str]:
@@ -81,4 +103,5 @@ TOY = ToyBackend()
 WRAP = PlantedBackend("wrap")
 NAN_LEAK = PlantedBackend("nan-leak")
 UNWEIGHTED = PlantedBackend("unweighted")
+STALE = PlantedBackend("stale")
 NOT_A_BACKEND = object()

@@ -228,6 +228,21 @@ def test_the_scenario_library_judges_a_backend_and_catches_a_planted_bug(
         assert rule in {f.rule for f in report.failures}, report
 
 
+def test_the_row_bits_contract_test_catches_a_masked_slot_that_keeps_an_earlier_term() -> None:
+    """The single tier's invariance test, run here on the CPU against our layer (passes) and
+    against it with the FP8 pull's finding planted (masked slots sum what an earlier forward
+    left in their cells; docs/conformance.md): only the history step catches that one, since
+    in every other call of the test row 0's masked slot was never active."""
+    from tests.single import test_layer_contract as contract
+    from tests.single.layer_cases import C as CONTRACT_C
+
+    contract.test_row_bits_do_not_depend_on_other_rows_masks_or_batch(
+        load_backend("megamoe"), CPU, "bf16", CONTRACT_C)
+    with pytest.raises(AssertionError, match="its masked slot was active"):
+        contract.test_row_bits_do_not_depend_on_other_rows_masks_or_batch(
+            load_backend("tests.host.backend_doubles:STALE"), CPU, "bf16", CONTRACT_C)
+
+
 def test_preflight_records_the_backend_or_refuses_a_name_that_loads_nothing() -> None:
     check, entry = check_moe_backend("megamoe")
     assert check.ok and entry["name"] == "megamoe" and entry["archs"] == ["sm_90"]

@@ -121,10 +121,11 @@ def test_the_table_collects_only_the_tiers_that_run_against_a_backend(tmp_path: 
     torchao cross-check) failed and no table came back for a run that had finished."""
     import tests.harness.conformance as conformance
 
-    seen: list[tuple[str, ...]] = []
+    seen: list[tuple[tuple[str, ...], str | None]] = []
 
-    def fake_collect(dirs: tuple[str, ...] = ()) -> dict[str, list[str]]:
-        seen.append(dirs)
+    def fake_collect(dirs: tuple[str, ...] = (),
+                     moe_backend: str | None = None) -> dict[str, list[str]]:
+        seen.append((dirs, moe_backend))
         return {"tests/single/test_a.py::test_rows[bf16]": ["s8.row-tolerance"]}
 
     monkeypatch.setattr(conformance, "collect_marks", fake_collect)
@@ -132,7 +133,7 @@ def test_the_table_collects_only_the_tiers_that_run_against_a_backend(tmp_path: 
     report.write_text('<testsuites><testsuite><testcase classname="tests.single.test_a" '
                       'name="test_rows[bf16]"/></testsuite></testsuites>')
     assert conformance.main(["--backend", "x", str(report)]) == 0
-    assert seen == [conformance.BACKEND_TEST_DIRS] and "tests/host" not in seen[0]
+    assert seen == [(conformance.BACKEND_TEST_DIRS, "x")] and "tests/host" not in seen[0][0]
     assert "| `s8.row-tolerance` | pass | 1 |" in capsys.readouterr().out
 
 
@@ -143,9 +144,29 @@ def test_the_documented_tables_are_generated_from_their_committed_reports() -> N
     reports = sorted((ROOT / "docs" / "conformance").glob("*.xml"))
     assert reports, "no report under docs/conformance/"
     rules = doc_rules(CONTRACT.read_text())
-    marks = collect_marks(dirs=BACKEND_TEST_DIRS)
     for report in reports:
+        marks = collect_marks(dirs=BACKEND_TEST_DIRS, moe_backend=report.stem)
         table = render(report.stem, verdicts(rules, marks, junit_results([report])))
         assert table.replace("### ", "### Table: ", 1) in doc, (
             f"docs/conformance.md: the table of {report.name} is stale or edited: "
             f"python -m tests.harness.conformance --backend {report.stem} {report}")
+
+
+def test_cases_parametrized_by_the_backend_are_judged_under_their_rules() -> None:
+    """Found on the FP8 pull's first run (H100, 2026-12-05): its cases are parametrized by its
+    recipe (``[fp8_block]``), which our backend does not declare, so marks collected without
+    the backend had no such ids and its wrong rows read *not run*. Collected against the
+    backend, the same report's row failure lands under ``s8.row-tolerance``; collected
+    without it, the planted mistake, it does not."""
+    report = ROOT / "docs" / "conformance" / "flashinfer-sm90-fp8-pull.xml"
+    rules = doc_rules(CONTRACT.read_text())
+    results = junit_results([report])
+    key = "tests.single.test_layer_contract::test_every_live_row_meets_the_oracle[fp8_block]"
+    assert any(r.key == key and r.status == FAIL for r in results)
+    judged = {v.rule: v for v in verdicts(
+        rules, collect_marks(dirs=BACKEND_TEST_DIRS, moe_backend=report.stem), results)}
+    assert judged["s8.row-tolerance"].status == FAIL
+    assert any("test_every_live_row_meets_the_oracle[fp8_block]" in n
+               for n, _ in judged["s8.row-tolerance"].failures)
+    blind = {v.rule: v for v in verdicts(rules, collect_marks(dirs=BACKEND_TEST_DIRS), results)}
+    assert blind["s8.row-tolerance"].status == NOT_RUN

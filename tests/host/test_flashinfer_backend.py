@@ -173,3 +173,33 @@ def test_the_fp8_pull_runs_one_rank_in_flashinfers_single_rank_mode(
     with pytest.raises(_Loaded):
         backend.build(_spec(recipe=recipe, late_weighting=late), w13, w2, device=gpu)
     assert seen == [no_dist]
+
+
+def test_flashinfer_fp8_recipe_model_misses_s12_by_more_than_its_tolerance() -> None:
+    """docs/conformance.md (the FP8 pull): the CPU model of FlashInfer's recipe that
+    ``devtools/flashinfer_fp8_probe.py`` compares on the GPU (W13 tiles over the 8-row gate/up
+    interleave, A2 in 1 x 64 blocks) is 0.05 to 0.07 from the oracle's ``fp8_block`` on every
+    row of its dense batch, beyond the s8 tolerance of 0.02: the two recipes cannot meet. Its
+    interleave is a permutation of W13's rows, and with the interleave undone and A2 in
+    1 x 128 blocks the model's own arithmetic meets the oracle within it."""
+    from devtools import flashinfer_fp8_probe as probe
+    from oracle.recipes import get_recipe
+    from tests.layer_check import layer_routes, layer_weights, oracle_output
+
+    w = torch.randn(2 * probe.INTER, probe.H)
+    assert torch.equal(probe.deinterleave(probe.interleave(w)), w)
+    assert not torch.equal(probe.interleave(w), w)
+    w13, w2 = layer_weights(0, probe.E, probe.H, probe.INTER)
+    spec = LayerSpec(MoEConfig("fp8_block", probe.E, probe.K, probe.H, probe.INTER), probe.C)
+    x, ids, s = layer_routes(1, probe.T, num_experts=probe.E, top_k=probe.K, hidden=probe.H,
+                             mask_p=0.0, device=torch.device("cpu"), id_dtype=torch.int32)
+    oracle = oracle_output(spec, w13, w2, x, ids, s)
+    tol = get_recipe("fp8_block").rel_l2_tolerance
+    assert all(0.04 < d < 0.08 for d in probe.rel(probe.flashinfer_recipe(w13, w2, x, ids, s),
+                                                  oracle))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(probe, "interleave", lambda m: m)
+        mp.setattr(probe, "deinterleave", lambda m: m)
+        mp.setattr(probe, "A2_BLOCK", 128)
+        near = probe.rel(probe.flashinfer_recipe(w13, w2, x, ids, s), oracle)
+    assert all(d < tol for d in near), near

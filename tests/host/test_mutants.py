@@ -7,6 +7,7 @@ tests follow imports; the copy's own sources are the ones tested. On a throwaway
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 from tests.harness.contract_map import CONTRACT, doc_rules
 from tests.harness.mutants import (
+    copy_env,
     covering_tests,
     patch_header,
     run_catalog,
@@ -111,6 +113,46 @@ def test_the_suite_writes_a_record_with_every_verdict(tree: Path) -> None:
     assert suite["verdicts"] == {"killed": 1, "survived": 1, "timeout": 0, "error": 1,
                                  "not run": 1}
     assert rec["arguments"]["mutant_tiers"] == ["host"]
+
+
+SITE_USER = '''\
+import sitepkg_zz
+from megamoe.calc import sub
+
+
+def test_sub():
+    assert sub(5, sitepkg_zz.Y) == 3
+'''
+
+
+def test_the_callers_pythonpath_reaches_the_tests_and_an_import_error_is_no_kill(
+        tree: Path, tmp_path: Path, monkeypatch) -> None:
+    """Found on an H100 (2026-12-05): the GPU tier's tests import the CuTe DSL from a
+    ``PYTHONPATH`` entry, which the mutant's run replaced by the copy alone, and the
+    resulting ``ImportError`` at collection read as *killed*. The caller's entries now follow
+    the copy (the original tree's never: it must not stand in for the copy), and a run whose
+    covering tests do not collect is an *error*."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitepkg_zz.py").write_text("Y = 2\n")
+    (tree / "tests" / "host" / "test_site.py").write_text(SITE_USER)
+    cat = tmp_path / "site-catalog"
+    cat.mkdir()
+    (cat / "sub-swapped.patch").write_text(
+        _patch(tree, "megamoe/calc.py", "return a - b", "return b - a",
+               "Tests: tests/host/test_site.py\n"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(tree)]))
+    run = run_catalog(cat, root=tree, python=sys.executable, tiers=("host",), timeout_s=120,
+                      out_dir=tmp_path / "with-site")
+    assert [(r.name, r.verdict) for r in run.results] == [("sub-swapped", "killed")]
+    monkeypatch.setenv("PYTHONPATH", str(tree))
+    run = run_catalog(cat, root=tree, python=sys.executable, tiers=("host",), timeout_s=120,
+                      out_dir=tmp_path / "without-site")
+    (result,) = run.results
+    assert result.verdict == "error" and "did not collect" in result.detail, result
+    assert "sitepkg_zz" in result.detail
+    env = copy_env(tmp_path / "copy", tree)
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "copy")]
 
 
 def test_a_gpu_tier_is_refused_before_any_mutant_without_a_gpu(tree: Path) -> None:

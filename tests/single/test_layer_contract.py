@@ -199,7 +199,10 @@ def test_the_clamp_limits_the_gate_from_above_only(moe_backend, cuda_device, rec
 def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(moe_backend, cuda_device, recipe,
                                                              capacity) -> None:
     """docs/contract.md s8 invariance: row 0's bits stay the same whatever the other rows hold,
-    how many there are, and whether masked slots carry NaN/Inf or zero."""
+    how many there are, whether masked slots carry NaN/Inf or zero, and whatever an earlier
+    forward left behind its masked slot: a forward with that slot active comes between, and
+    the masked row must not add the term it left (FlashInfer's FP8 pull, 2026-12-05: its
+    combine sums every slot's cell, and a masked slot's cell keeps an earlier launch's term)."""
     layer, _ = _layer(moe_backend, cuda_device, recipe=recipe, capacity=capacity)
     x, ids, w = _routes(11, min(64, capacity), 0.3, cuda_device)
     ids[0] = torch.tensor([3, -1], device=cuda_device)
@@ -220,6 +223,12 @@ def test_row_bits_do_not_depend_on_other_rows_masks_or_batch(moe_backend, cuda_d
     w_inf = w.clone()
     w_inf[0, 1] = float("-inf")
     assert torch.equal(_bits(layer.forward(x, ids, w_inf)[0]), ref)
+    ids_on, w_on = ids.clone(), w.clone()
+    ids_on[0, 1], w_on[0, 1] = 0, 0.75  # row 0's masked slot active once, another expert
+    layer.forward(x, ids_on, w_on)
+    assert torch.equal(_bits(layer.forward(x, ids, w)[0]), ref), (
+        "row 0 changed after a forward in which its masked slot was active: the masked slot "
+        "added what that forward left behind it")
 
 
 @pytest.mark.contract("s8.invariance", "s8.untouched-tail", "s9.replay-equals-eager", "s10.single-rank-replay")

@@ -1,0 +1,158 @@
+"""Why FlashInfer's sm90 FP8 pull misses the oracle (docs/conformance.md, its section): one
+layer at E = 8, H = I = 256, K = 2, T = 4, built by our adapter, its rows compared with
+FlashInfer's own reference, with the oracle's ``fp8_block`` (docs/contract.md s12) and with a
+CPU model of FlashInfer's recipe made of the oracle's functions (W13 tiles cut after its
+8-row gate/up interleave, A2 in 1 x 64 blocks with ``d = amax * float32(1/448)`` and payload
+``x * (1/d)``); per row, relative L2.
+
+1. ``dense``: every route active;
+2. ``masked (stale)``: the same layer, slots (0, 1) and (2, 0) masked with NaN scores, after
+   the dense batch filled their cells;
+3. ``masked (as zero routes)``: the same batch with each masked slot sent to an expert its
+   row does not use, with score 0 (a term of exactly zero);
+4. ``masked (fresh workspace)``: the masked batch on a layer of another capacity, whose
+   workspace no earlier launch has written.
+
+Run in FlashInfer's process (its CuTe DSL; the environment ``devtools/flashinfer_device.sh
+flashinfer-sm90-fp8-pull`` sets, after its two ``stage-dsl`` calls), from the repository
+root: ``python3 -m devtools.flashinfer_fp8_probe``. On an H100 (2026-12-05, FlashInfer
+0.7.2.post1, CuTe DSL 4.7.1), 17 s: FlashInfer's kernel equals its reference on every row
+of 1, 3 and 4 (0.0) and misses it on the masked rows of 2 (0.90, 0.23); the oracle is 0.05
+to 0.07 from the kernel and from the model on every row, the model 0.001 to 0.027 from the
+kernel.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+
+from megamoe.backends.api import LayerSpec
+from megamoe.backends.flashinfer_sm90 import FP8_PULL
+from oracle.ffn import sigmoid_f32
+from oracle.formats import (
+    dequantize_fp8_rows,
+    dequantize_fp8_tiles,
+    quantize_fp8_rows,
+    quantize_fp8_tiles,
+)
+from oracle.moe_config import MoEConfig
+from tests.layer_check import layer_routes, layer_weights, oracle_output
+
+E, H, INTER, K, T, C = 8, 256, 256, 2, 4, 8
+INTERLEAVE = 8
+"""FlashInfer's gate/up interleave before its W13 tiles (``Fp8GateUpInterleave``)."""
+A2_BLOCK = 64
+"""FlashInfer's A2 block (``Fc1EpilogueStoreTileN``)."""
+
+
+def rel(got: torch.Tensor, want: torch.Tensor) -> list[float]:
+    """Relative L2 of each row (docs/contract.md s8)."""
+    g, w = got.float().cpu(), want.float().cpu()
+    return [round(v, 4) for v in ((g - w).norm(dim=1) / w.norm(dim=1).clamp_min(1e-30)).tolist()]
+
+
+def interleave(w13: torch.Tensor) -> torch.Tensor:
+    """``[2I, H]`` gate rows then up rows -> groups of 8 gate rows and 8 up rows in turn."""
+    gate, up = w13[:INTER], w13[INTER:]
+    return torch.stack([gate.reshape(-1, INTERLEAVE, H), up.reshape(-1, INTERLEAVE, H)],
+                       1).reshape(2 * INTER, H)
+
+
+def deinterleave(w13: torch.Tensor) -> torch.Tensor:
+    v = w13.reshape(-1, 2, INTERLEAVE, H)
+    return torch.cat([v[:, 0].reshape(INTER, H), v[:, 1].reshape(INTER, H)])
+
+
+def flashinfer_recipe(w13_all: torch.Tensor, w2_all: torch.Tensor, x: torch.Tensor,
+                      ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The CPU model of FlashInfer's recipe (module docstring), early weighting, no clamp;
+    each slot's term rounded once to bf16, summed in slot order in float32 (s5, s6)."""
+    a1 = dequantize_fp8_rows(*quantize_fp8_rows(x.float().cpu()))
+    inv448 = torch.tensor(1 / 448, dtype=torch.float32)
+    out = torch.zeros(x.shape[0], H)
+    for r in range(x.shape[0]):
+        for k in range(K):
+            e = int(ids[r, k])
+            if e < 0:
+                continue
+            w13 = deinterleave(dequantize_fp8_tiles(
+                *quantize_fp8_tiles(interleave(w13_all[e].float()))))
+            w2 = dequantize_fp8_tiles(*quantize_fp8_tiles(w2_all[e].float()))
+            h1 = a1[r:r + 1] @ w13.T
+            gate, up = h1[:, :INTER], h1[:, INTER:]
+            act = (up * gate * sigmoid_f32(gate) * float(w[r, k])).view(1, -1, A2_BLOCK)
+            d = (act.abs().amax(-1) * inv448).clamp_min(1e-30).unsqueeze(-1)
+            a2 = ((act * (1.0 / d)).clamp(-448, 448).to(torch.float8_e4m3fn).float() * d)
+            out[r] += (a2.view(1, INTER) @ w2.T).to(torch.bfloat16).float()[0]
+    return out.to(torch.bfloat16)
+
+
+def flashinfer_reference(handle, x: torch.Tensor, ids: torch.Tensor,  # type: ignore[no-untyped-def]
+                         w: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's own reference (blockwise, its ``deepgemm`` graph) on the layer's own
+    transformed weights; a masked slot's term is zero there."""
+    from flashinfer.moe_ep.kernel_src.sm90.pull_style_cutedsl_megakernel import (
+        compute_megamoe_reference_fp8,
+        quantize_fp8_per_token_block,
+    )
+
+    (w1, s1, _, _), (w2, s2, _, _) = handle._layer._get_transformed_weights()
+    q, sf = quantize_fp8_per_token_block(x.float(), torch.float8_e4m3fn, block_k=128)
+    terms = compute_megamoe_reference_fp8(
+        q[None], sf[None], ids.long()[None], w.float()[None], w1[None], s1[None], w2[None],
+        s2[None], torch.float8_e4m3fn, fp8_scale_mode="blockwise",
+        ref_compute_graph="deepgemm")
+    return terms[0].float().sum(1).to(torch.bfloat16)
+
+
+def _or_error(f: Callable[[], list[float]]) -> list[float] | str:
+    try:
+        return f()
+    except Exception as exc:  # a probe reports what failed and goes on
+        return f"error {type(exc).__name__}: {str(exc)[:300]}"
+
+
+def main() -> None:
+    os.environ.setdefault("MEGA_NO_DIST", "1")
+    dev = torch.device("cuda:0")
+    w13_all, w2_all = layer_weights(0, E, H, INTER)
+    spec = LayerSpec(MoEConfig("fp8_block", E, K, H, INTER), C)
+
+    def batch(seed: int, masked: tuple[tuple[int, int], ...] = ()):  # type: ignore[no-untyped-def]
+        x, ids, w = layer_routes(seed, T, num_experts=E, top_k=K, hidden=H, mask_p=0.0,
+                                 device=dev, id_dtype=torch.int32)
+        for r, k in masked:
+            ids[r, k], w[r, k] = -1, float("nan")
+        return x, ids, w
+
+    def report(tag: str, handle, x, ids, w, out) -> None:  # type: ignore[no-untyped-def]
+        oracle = oracle_output(spec, w13_all, w2_all, x, ids, w)
+        model = flashinfer_recipe(w13_all, w2_all, x, ids, w)
+        print(f"{tag:26s}",
+              "kernel-vs-its-reference", _or_error(lambda: rel(out, flashinfer_reference(
+                  handle, x, ids, w))),
+              "| kernel-vs-oracle", _or_error(lambda: rel(out, oracle)),
+              "| model-vs-oracle", _or_error(lambda: rel(model, oracle)),
+              "| kernel-vs-model", _or_error(lambda: rel(out, model)), flush=True)
+
+    layer = FP8_PULL.build(spec, w13_all, w2_all, device=dev)
+    xa, ia, wa = batch(1)
+    report("dense", layer, xa, ia, wa, layer.warmup(xa, ia, wa))
+    xb, ib, wb = batch(2, masked=((0, 1), (2, 0)))
+    report("masked (stale)", layer, xb, ib, wb, layer.forward(xb, ib, wb))
+    ids_zero, w_zero = ib.clone(), torch.where(ib < 0, torch.zeros_like(wb), wb)
+    for e in range(K + 1):  # one masked slot a row here: the first expert its row lacks
+        free = ~(ids_zero == e).any(1, keepdim=True)
+        ids_zero = torch.where((ids_zero < 0) & free, torch.full_like(ids_zero, e), ids_zero)
+    report("masked (as zero routes)", layer, xb, ib, wb, layer.forward(xb, ids_zero, w_zero))
+    layer.destroy()
+    fresh = FP8_PULL.build(LayerSpec(spec.config, 2 * C), w13_all, w2_all, device=dev)
+    report("masked (fresh workspace)", fresh, xb, ib, wb, fresh.forward(xb, ib, wb))
+    fresh.destroy()
+
+
+if __name__ == "__main__":
+    main()
