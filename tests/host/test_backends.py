@@ -211,12 +211,15 @@ def test_every_workspace_our_layer_lists_is_rewritten_before_it_is_read(recipe: 
     ("megamoe", None),
     ("tests.host.backend_doubles:WRAP", "s8.invariance"),
     ("tests.host.backend_doubles:NAN_LEAK", "s8.invariance"),
+    ("tests.host.backend_doubles:STALE", "s8.row-tolerance"),
 ])
 def test_the_scenario_library_judges_a_backend_and_catches_a_planted_bug(
         backend: str, rule: str | None, one_torch_thread) -> None:
     """``as_kernel`` hands a built layer to ``oracle.check_kernel``: our layer passes every
-    state; the same layer with an id of -1 read as the last expert, or with masked slots
-    zeroed by multiplying (``0 * NaN``), fails, and the failure names the rule."""
+    state; the same layer with an id of -1 read as the last expert, with masked slots
+    zeroed by multiplying (``0 * NaN``), or with masked slots that add what an earlier state
+    left in their cells (the scenario sequence turns active slots masked: ``all-masked`` rows
+    stop being ``+0.0``), fails, and the failure names the rule."""
     spec = _spec()
     handle = build_layer(load_backend(backend), spec, W13, W2, CPU)
     report = check_kernel(as_kernel(handle), prepare_weights(W13, W2, spec.config), spec.config,
