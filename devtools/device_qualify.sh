@@ -15,6 +15,9 @@
 #   on an H100 (2026-12-05) mega_sm107's took 248 s so, and 258 s in 12 xdist workers with
 #   --share-compiles (2 636 s of test time against 238: every worker builds its kernels, and
 #   twelve processes share one GPU)
+#   run(command="bash devtools/device_qualify.sh mutants", ...): the GPU-tier planted bugs of
+#   tests/mutants/ (qualify.py --suite mutants --mutant-tiers single; "mutants host,single"
+#   for the whole catalog), each under MEGAMOE_MUTANT_TIMEOUT s
 #   run(command="bash devtools/device_qualify.sh gpu", ...): `single` and the four sanitizer
 #   tools in one record, the tools beside single's xdist phase (--sanitizers-beside), to
 #   measure the whole single-GPU verdict's wall time (MEGAMOE_GPU_TIMEOUT s per suite,
@@ -63,7 +66,7 @@ qualify() {
   read -r -a extra <<< "${MEGAMOE_QUALIFY_EXTRA:-}"
   python3 qualify.py --wall-budget "$(budget)" "${extra[@]}" "$@"
 }
-what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P [PARTS]] | gpu [I/N]}
+what=${1:?usage: bash devtools/device_qualify.sh single [I/N] | sanitize [tool] | multi P [tool] | seed NAME [P [PARTS]] | gpu [I/N] | mutants [TIERS]}
 source "$(dirname "$0")/gpu_lock.sh"  # one device script at a time (exit 3 beside another)
 source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=python3
@@ -121,7 +124,14 @@ case "$what" in
       "${shard[@]}" --output-dir "$Q/gpu" > "$Q/gpu.log" 2>&1
     echo "gpu ${2:-} rc=$?" >> "$Q/rc.txt"
     tag=gpu${2:+-${2/\//of}} ;;
-  *) echo "unknown: $what (single, sanitize, multi, seed or gpu)"; exit 2 ;;
+  mutants)
+    # the planted bugs of tests/mutants/ that need a GPU (their headers say Tiers: single),
+    # each under MEGAMOE_MUTANT_TIMEOUT s (default 300); "mutants host,single" adds the rest
+    qualify --suite mutants --mutant-tiers "${2:-single}" --require-arch sm_90 \
+      --timeout "${MEGAMOE_MUTANT_TIMEOUT:-300}" --output-dir "$Q/mutants" > "$Q/mutants.log" 2>&1
+    echo "mutants rc=$?" >> "$Q/rc.txt"
+    tag=mutants ;;
+  *) echo "unknown: $what (single, sanitize, multi, seed, gpu or mutants)"; exit 2 ;;
 esac
 for rec in "$Q"/*/qualification.json; do
   [ -f "$rec" ] || continue

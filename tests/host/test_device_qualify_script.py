@@ -187,6 +187,22 @@ def test_a_shard_of_single_reaches_qualify(tmp_path) -> None:
     assert rc == 0 and "--shard" not in _single_argv(out)
 
 
+def test_a_mutants_call_runs_the_gpu_tier_and_brings_back_its_record(tmp_path) -> None:
+    """``mutants``: the catalog's GPU-tier planted bugs (``--mutant-tiers single``) under a
+    bound per mutant; ``mutants host,single`` the whole catalog."""
+    rc, out = _run(tmp_path, "mutants", env_extra={"MEGAMOE_MUTANT_TIMEOUT": "240"})
+    assert rc == 0 and len(_files(out)) <= DEVICE_FILE_LIMIT
+    (rec,) = (out / "records").iterdir()
+    argv = json.loads(rec.read_text())["argv"]
+    assert argv[argv.index("--suite") + 1] == "mutants"
+    assert argv[argv.index("--mutant-tiers") + 1] == "single"
+    assert argv[argv.index("--timeout") + 1] == "240" and "--wall-budget" in argv
+    rc, out = _run(tmp_path, "mutants", tool="host,single", out_name="all")
+    (rec,) = (out / "records").iterdir()
+    argv = json.loads(rec.read_text())["argv"]
+    assert rc == 0 and argv[argv.index("--mutant-tiers") + 1] == "host,single"
+
+
 def test_single_and_gpu_share_compiles_unless_told_not_to(tmp_path, monkeypatch) -> None:
     """The whole ``single`` passed with ``--share-compiles`` (H100, 2026-12-05: 662 s against
     717 s in three shards), so ``single`` and ``gpu`` pass it by default;
