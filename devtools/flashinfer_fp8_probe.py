@@ -24,7 +24,10 @@ product there: on the probe's dense batches (T = 4 and 64) the two are equal bit
 (2026-12-05, torch 2.13, FlashInfer 0.7.2.post1's files). So the 0.004 to 0.027 between the
 model and the kernel on the GPU comes from what the GPU does that this arithmetic does not:
 the likeliest is the raw FP8 GEMM's accumulator (FlashInfer's GPU reference, which its kernel
-meets, runs ``torch._scaled_mm`` on the GPU); not yet measured. On an H100 (2026-12-05, FlashInfer
+meets, runs ``torch._scaled_mm`` on the GPU); not yet measured. ``--gpu-vs-cpu`` (on the GPU
+machine, FlashInfer's process) measures it: FlashInfer's reference on the GPU against itself
+on the CPU and against the model, and every raw FP8 block product of its GPU run against the
+exact sum of the same bytes. Not run yet. On an H100 (2026-12-05, FlashInfer
 0.7.2.post1, CuTe DSL 4.7.1), 17 s: FlashInfer's kernel meets its reference on every row
 of 1, 3 and 4 (printed 0.0: below 0.00005) and misses it on the masked rows of 2 (0.90,
 0.23); the oracle is 0.05 to 0.07 from the kernel and from the model on every row, the model
@@ -117,12 +120,11 @@ def flashinfer_reference(handle, x: torch.Tensor, ids: torch.Tensor,  # type: ig
     return terms[0].float().sum(1).to(torch.bfloat16)
 
 
-def cpu_reference(w13_all: torch.Tensor, w2_all: torch.Tensor, x: torch.Tensor,
-                  ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """FlashInfer's reference on its own weight transform, on the CPU, from FlashInfer's files
-    (``megamoe.backends.flashinfer_loader``). Where the CuTe DSL is absent a stand-in
-    ``cutlass.cutlass_dsl.Float32`` (Python's ``float``) serves the one module that imports it
-    for two constants (``megamoe_constants.py``)."""
+def _load_reference():  # type: ignore[no-untyped-def]
+    """FlashInfer's ``moe_ep``, its FP8 weight transform and its reference package, from
+    FlashInfer's files (``megamoe.backends.flashinfer_loader``). Where the CuTe DSL is absent
+    a stand-in ``cutlass.cutlass_dsl.Float32`` (Python's ``float``) serves the one module that
+    imports it for two constants (``megamoe_constants.py``)."""
     import importlib
     import sys
     import types
@@ -142,15 +144,25 @@ def cpu_reference(w13_all: torch.Tensor, w2_all: torch.Tensor, x: torch.Tensor,
         "flashinfer.moe_ep.backends.mega.kernel.sm90.fp8_fp8_bf16_pull_cutedsl.weights")
     ref = importlib.import_module(
         "flashinfer.moe_ep.kernel_src.sm90.pull_style_cutedsl_megakernel")
+    return ep, transform, ref
+
+
+def reference_on(dev: torch.device, w13_all: torch.Tensor, w2_all: torch.Tensor,
+                 x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's reference on its own weight transform (made on the CPU), run on ``dev``;
+    bf16 ``[T, H]`` on the CPU."""
+    ep, transform, ref = _load_reference()
     (w1, s1, _, _), (w2, s2, _, _) = transform.preprocess_mega_weights(
-        ep.MoEWeightPack(w13_all, w2_all), intermediate_size=INTER, hidden_size=H,
+        ep.MoEWeightPack(w13_all.cpu(), w2_all.cpu()), intermediate_size=INTER, hidden_size=H,
         kind="fp8_e4m3", fp8_scale_mode="blockwise")
-    q, sf = ref.quantize_fp8_per_token_block(x.float(), torch.float8_e4m3fn, block_k=128)
+    w1, s1, w2, s2 = (v.to(dev) for v in (w1, s1, w2, s2))
+    q, sf = ref.quantize_fp8_per_token_block(x.to(dev).float(), torch.float8_e4m3fn,
+                                             block_k=128)
     terms = ref.compute_megamoe_reference_fp8(
-        q[None], sf[None], ids.long()[None], w.float()[None], w1[None], s1[None], w2[None],
-        s2[None], torch.float8_e4m3fn, fp8_scale_mode="blockwise",
+        q[None], sf[None], ids.to(dev).long()[None], w.to(dev).float()[None], w1[None],
+        s1[None], w2[None], s2[None], torch.float8_e4m3fn, fp8_scale_mode="blockwise",
         ref_compute_graph="deepgemm")
-    return terms[0].float().sum(1).to(torch.bfloat16)
+    return terms[0].float().sum(1).to(torch.bfloat16).cpu()
 
 
 def main_cpu() -> None:
@@ -161,10 +173,50 @@ def main_cpu() -> None:
         x, ids, w = layer_routes(1, t, num_experts=E, top_k=K, hidden=H, mask_p=0.0,
                                  device=cpu, id_dtype=torch.int32)
         model = flashinfer_recipe(w13_all, w2_all, x, ids, w)
-        ref = cpu_reference(w13_all, w2_all, x, ids, w)
+        ref = reference_on(cpu, w13_all, w2_all, x, ids, w)
         differ = int((model.view(torch.int16) != ref.view(torch.int16)).sum())
         print(f"T = {t}: model vs FlashInfer's CPU reference: {differ} of {ref.numel()} "
               f"elements differ; worst row {max(rel(model, ref)):.2e}", flush=True)
+
+
+def main_gpu_vs_cpu() -> None:
+    """``--gpu-vs-cpu`` (module docstring): FlashInfer's reference on the GPU against itself
+    on the CPU and against the model, and every raw FP8 block product its GPU run makes
+    (``torch._scaled_mm``, scales 1) against the exact float64 sum of the same bytes."""
+    dev, cpu = torch.device("cuda:0"), torch.device("cpu")
+    raw: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    scaled_mm = torch._scaled_mm
+
+    def recording(a, b, *args, **kw):  # type: ignore[no-untyped-def]
+        out = scaled_mm(a, b, *args, **kw)
+        if a.is_cuda:
+            raw.append((a.cpu(), b.cpu(), out.cpu()))
+        return out
+
+    torch._scaled_mm = recording
+    try:
+        w13_all, w2_all = layer_weights(0, E, H, INTER)
+        for t in (T, 64):
+            x, ids, w = layer_routes(1, t, num_experts=E, top_k=K, hidden=H, mask_p=0.0,
+                                     device=cpu, id_dtype=torch.int32)
+            on_gpu = reference_on(dev, w13_all, w2_all, x, ids, w)
+            on_cpu = reference_on(cpu, w13_all, w2_all, x, ids, w)
+            model = flashinfer_recipe(w13_all, w2_all, x, ids, w)
+            print(f"T = {t}: reference GPU vs CPU, worst row {max(rel(on_gpu, on_cpu)):.2e}; "
+                  f"model vs GPU reference {max(rel(model, on_gpu)):.2e}, vs CPU reference "
+                  f"{max(rel(model, on_cpu)):.2e}", flush=True)
+    finally:
+        torch._scaled_mm = scaled_mm
+    differ = total = 0
+    worst = 0.0
+    for a, b, out in raw:
+        exact = (a.double() @ b.double()).float()
+        differ += int((out != exact).sum())
+        total += out.numel()
+        scale = exact.abs().amax().clamp_min(1e-30)
+        worst = max(worst, float((out - exact).abs().amax() / scale))
+    print(f"raw FP8 block products on the GPU: {differ} of {total} differ from the exact sum; "
+          f"worst error {worst:.2e} of its product's largest magnitude", flush=True)
 
 
 def _or_error(f: Callable[[], list[float]]) -> list[float] | str:
@@ -216,7 +268,7 @@ def main() -> None:
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:] == ["--cpu"]:
-        main_cpu()
-    else:
-        main()
+    modes = {"--cpu": main_cpu, "--gpu-vs-cpu": main_gpu_vs_cpu}
+    if sys.argv[1:] and sys.argv[1] not in modes:
+        sys.exit(f"usage: python3 -m devtools.flashinfer_fp8_probe [{' | '.join(modes)}]")
+    modes.get(sys.argv[1] if sys.argv[1:] else "", main)()
