@@ -10,9 +10,10 @@ out):
    (lines ``Tests: path ...`` before the first ``diff``), else every test module of the
    chosen tiers that imports a touched module directly or through other modules of the
    tree (a static import graph);
-3. they run (pytest, the tiers' marker expression, under ``--timeout``): a failure
-   ``kills`` the mutant, a clean pass means it ``survived`` (the tests cannot see that
-   bug), an expired timeout is a ``timeout``.
+3. they run (pytest, the tiers' marker expression, under ``--timeout``, with the caller's
+   ``PYTHONPATH`` after the copy's): a failure ``kills`` the mutant, a clean pass means it
+   ``survived`` (the tests cannot see that bug), an expired timeout is a ``timeout``, and
+   covering tests that do not collect (an import error) are an ``error``, never a kill.
 
 The run passes only when every mutant is killed; the record lists each mutant with its
 verdict, the tests that judged it and the kill rate. The scratch copy's own sources are
