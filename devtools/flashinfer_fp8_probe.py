@@ -2,8 +2,9 @@
 layer at E = 8, H = I = 256, K = 2, T = 4, built by our adapter, its rows compared with
 FlashInfer's own reference, with the oracle's ``fp8_block`` (docs/contract.md s12) and with a
 CPU model of FlashInfer's recipe made of the oracle's functions (W13 tiles cut after its
-8-row gate/up interleave, A2 in 1 x 64 blocks with ``d = amax * float32(1/448)`` and payload
-``x * (1/d)``); per row, relative L2.
+8-row gate/up interleave, A2 in 1 x 64 blocks with ``d = max(amax / 448, 1e-30)`` and payload
+``x * (1/d)``: what the oracle now carries as ``fp8_block_fi``, which gives the model's bits on
+its batches); per row, relative L2.
 
 1. ``dense``: every route active;
 2. ``masked (stale)``: the same layer, slots (0, 1) and (2, 0) masked with NaN scores, after

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from oracle.formats import (
+    FI_A2_BLOCK,
     dequantize_fp8_rows,
     dequantize_mxfp8,
     dequantize_nvfp4,
@@ -38,7 +39,7 @@ class ActivationRows:
         (NVFP4).
     scale: ``None`` (BF16), E8M0 bytes uint8 ``[n, K/32]`` (MXFP8), float8_e4m3fn
         ``[n, K/16]`` (NVFP4), the float32 dequant scale ``d [n]`` (SAFE_FP8), or float32
-        block scales ``[n, K/128]`` (FP8_BLOCK).
+        block scales ``[n, K/128]`` (FP8_BLOCK) or ``[n, K/64]`` (FP8_BLOCK_FI, A2 only).
     global_scale: NVFP4 global decode scale ``g`` (1.0 for other formats).
     """
 
@@ -70,6 +71,8 @@ class ActivationRows:
             return safe_fp8_dequantize(self.payload, self.scale)
         if self.fmt is Format.FP8_BLOCK:
             return dequantize_fp8_rows(self.payload, self.scale)
+        if self.fmt is Format.FP8_BLOCK_FI:
+            return dequantize_fp8_rows(self.payload, self.scale, FI_A2_BLOCK)
         raise AssertionError(f"no activation format {self.fmt}")  # the recipe table has none
 
 
@@ -89,6 +92,9 @@ def _quantize_activation(
         return ActivationRows(fmt, payload, d)
     if fmt is Format.FP8_BLOCK:
         payload, d = quantize_fp8_rows(x)
+        return ActivationRows(fmt, payload, d)
+    if fmt is Format.FP8_BLOCK_FI:
+        payload, d = quantize_fp8_rows(x, FI_A2_BLOCK, reciprocal=True)
         return ActivationRows(fmt, payload, d)
     raise AssertionError(f"no activation format {fmt}")  # the recipe table has none
 

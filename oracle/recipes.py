@@ -13,10 +13,13 @@ nothing redefines them.
 | ``nvfp4``     | NVFP4, g = input scale     | NVFP4, per-expert g| NVFP4, g = layer constant  |
 | ``fp8_mxfp4`` | safe FP8 per token         | MXFP4              | safe FP8 per token         |
 | ``fp8_block`` | FP8, 1 x 128 block scales  | FP8, 128 x 128     | FP8, 1 x 128 block scales  |
+| ``fp8_block_fi`` | FP8, 1 x 128 block scales | FP8, 128 x 128, W13 tiles over gate/up groups of 8 | FP8, 1 x 64, ``x * (1/d)`` |
 
-``fp8_block`` is the extension of docs/contract.md s12 (not in the shared contract's section 5):
-the DeepSeek-V3 style recipe of FlashInfer's sm90 FP8 MegaMoE backends, so that the harness can
-judge them; our layer does not run it.
+``fp8_block`` and ``fp8_block_fi`` are the extension of docs/contract.md s12 (not in the shared
+contract's section 5), so that the harness can judge FP8 MegaMoE backends with block scales:
+``fp8_block`` the DeepSeek-V3 style recipe, ``fp8_block_fi`` FlashInfer's sm90 FP8 pull as it
+is (its reference and weight transform, run on the CPU, meet it up to float32 rounding in the
+activation and the GEMMs: docs/contract.md s12). Our layer runs neither.
 
 The MXFP8 activation element type (E4M3 or E5M2) and the MX scale mode are layer settings
 (``oracle.experts.MoEConfig``), not recipe entries; MXFP8 weights are always E4M3.
@@ -40,6 +43,7 @@ class Format(StrEnum):
     MXFP4 = "mxfp4"
     SAFE_FP8 = "safe_fp8"
     FP8_BLOCK = "fp8_block"
+    FP8_BLOCK_FI = "fp8_block_fi"
 
 
 FORMAT_BLOCK: dict[Format, int] = {
@@ -49,6 +53,7 @@ FORMAT_BLOCK: dict[Format, int] = {
     Format.MXFP4: MX_BLOCK,
     Format.SAFE_FP8: 1,  # one scale per row: any row length
     Format.FP8_BLOCK: FP8_BLOCK,  # weights: also 128 along N (tiles)
+    Format.FP8_BLOCK_FI: FP8_BLOCK,  # weights' tiles; its A2 blocks of 64 divide 128
 }
 """Elements per scale block along the GEMM's K dimension (1: no block constraint)."""
 
@@ -93,11 +98,13 @@ RECIPES: dict[str, Recipe] = {
         Recipe("nvfp4", Format.NVFP4, Format.NVFP4, Format.NVFP4, 0.06),
         Recipe("fp8_mxfp4", Format.SAFE_FP8, Format.MXFP4, Format.SAFE_FP8, 0.025),
         Recipe("fp8_block", Format.FP8_BLOCK, Format.FP8_BLOCK, Format.FP8_BLOCK, 0.02),
+        Recipe("fp8_block_fi", Format.FP8_BLOCK, Format.FP8_BLOCK_FI, Format.FP8_BLOCK_FI, 0.02),
     )
 }
-"""The four recipes of docs/contract.md s5 and the s12 extension, by name."""
+"""The four recipes of docs/contract.md s5 and the two of the s12 extension, by name."""
 CONTRACT_RECIPES: tuple[str, ...] = ("bf16", "mxfp8", "nvfp4", "fp8_mxfp4")
-"""The recipes of the shared contract's section 5 (``fp8_block`` is our s12 extension)."""
+"""The recipes of the shared contract's section 5 (``fp8_block`` and ``fp8_block_fi`` are our
+s12 extension)."""
 
 RECIPE_NAMES: tuple[str, ...] = tuple(RECIPES)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from oracle.formats import (
+    FI_GATE_UP_INTERLEAVE,
     FP8_BLOCK,
     dequantize_fp8_tiles,
     dequantize_mxfp4,
@@ -45,7 +46,9 @@ class ExpertWeights:
     w2: payload of W2 ``[E, H, I]``, formats as ``w13`` (packed: ``[E, H, I/2]``).
     w13_scale, w2_scale: ``None`` (BF16); E8M0 bytes uint8 ``[E, N, K/32]``, columns possibly
         padded to a multiple of 4 (MXFP8, MXFP4); float8_e4m3fn ``[E, N, K/16]`` (NVFP4);
-        float32 ``[E, N/128, K/128]``, one per 128 x 128 tile (FP8_BLOCK).
+        float32 ``[E, N/128, K/128]``, one per 128 x 128 tile (FP8_BLOCK; FP8_BLOCK_FI, whose
+        W13 tiles are those of its rows with gate and up alternating in groups of 8, the
+        payload in the canonical order: ``oracle.formats.quantize_fp8_tiles``).
     w13_global_scale, w2_global_scale: float32 ``[E]`` per-expert NVFP4 global decode scales
         (``None`` for other formats).
 
@@ -77,7 +80,8 @@ class ExpertWeights:
         return self.w13.device
 
     def _dequantize(
-        self, payload: torch.Tensor, scale: torch.Tensor | None, g: torch.Tensor | None, e: int
+        self, payload: torch.Tensor, scale: torch.Tensor | None, g: torch.Tensor | None, e: int,
+        gate_up: bool = False,
     ) -> torch.Tensor:
         fmt = get_recipe(self.recipe).weights
         if fmt is Format.BF16:
@@ -89,12 +93,16 @@ class ExpertWeights:
             return dequantize_mxfp4(payload[e], scale[e])
         if fmt is Format.FP8_BLOCK:
             return dequantize_fp8_tiles(payload[e], scale[e])
+        if fmt is Format.FP8_BLOCK_FI:
+            return dequantize_fp8_tiles(payload[e], scale[e],
+                                        FI_GATE_UP_INTERLEAVE if gate_up else None)
         assert g is not None
         return dequantize_nvfp4(payload[e], scale[e], g[e : e + 1].view(1, 1))
 
     def dequantize_w13(self, expert: int) -> torch.Tensor:
         """float32 ``[2I, H]``: expert ``expert``'s W13 as the GEMM sees it (gate rows first)."""
-        return self._dequantize(self.w13, self.w13_scale, self.w13_global_scale, expert)
+        return self._dequantize(self.w13, self.w13_scale, self.w13_global_scale, expert,
+                                gate_up=True)
 
     def dequantize_w2(self, expert: int) -> torch.Tensor:
         """float32 ``[H, I]``: expert ``expert``'s W2 as the GEMM sees it."""
@@ -120,6 +128,7 @@ def _prepare_matrix(
         Format.NVFP4: (torch.uint8, torch.float4_e2m1fn_x2),
         Format.MXFP4: (torch.uint8, torch.float4_e2m1fn_x2),
         Format.FP8_BLOCK: (torch.float8_e4m3fn,),
+        Format.FP8_BLOCK_FI: (torch.float8_e4m3fn,),
     }[fmt]
     from_float = scale is None and (fmt is Format.BF16 or w.dtype in _FLOAT_DTYPES)
     if from_float:
@@ -143,8 +152,10 @@ def _prepare_matrix(
         if fmt is Format.MXFP4:
             packed, s = quantize_mxfp4(w, mode=config.mxfp4_mode)
             return packed, s, None
-        if fmt is Format.FP8_BLOCK:
-            payload, s = quantize_fp8_tiles(w)
+        if fmt in (Format.FP8_BLOCK, Format.FP8_BLOCK_FI):
+            interleave = FI_GATE_UP_INTERLEAVE if fmt is Format.FP8_BLOCK_FI and name == "w13" \
+                else None
+            payload, s = quantize_fp8_tiles(w, interleave)
             return payload, s, None
         if global_scale is None:
             # Per-expert g = amax / (448 * 6) (docs/contract.md s4). An all-zero expert has no
@@ -168,7 +179,7 @@ def _prepare_matrix(
         raise _bad(f"{name}_scale", "None for bf16 weights", "a tensor")
     if not isinstance(scale, torch.Tensor):
         raise _bad(f"{name}_scale", "a torch.Tensor", type(scale).__name__)
-    if fmt is Format.FP8_BLOCK:
+    if fmt in (Format.FP8_BLOCK, Format.FP8_BLOCK_FI):
         tiles = (num_experts, rows // FP8_BLOCK, k // FP8_BLOCK)
         if scale.dtype != torch.float32 or tuple(scale.shape) != tiles:
             raise _bad(f"{name}_scale", f"float32 {list(tiles)} (one per 128 x 128 tile)",

@@ -3,13 +3,13 @@
 process of its own: FlashInfer needs a newer CuTe DSL than ours). At EP1 a layer bootstraps
 its own gloo group when no torchrun environment is set.
 
-``flashinfer-sm90-fp8-pull``: ``fp8_fp8_bf16_pull_cutedsl`` with ``fp8_scale_mode="blockwise"``
-(1 x 128 activation and 128 x 128 weight scales: recipe ``fp8_block``, docs/contract.md s12);
+``flashinfer-sm90-fp8-pull``: ``fp8_fp8_bf16_pull_cutedsl`` with ``fp8_scale_mode="blockwise"``;
 the score is applied before FC2 (early), its ``gate_up_clamp`` is the contract's clamp; other
-settings are FlashInfer's defaults. Its recipe is not s12's in two places that no argument
-changes (docs/conformance.md): its W13 scale tiles span 64 gate and 64 up rows (cut after an
-8-row gate/up interleave), and its A2 has 1 x 64 blocks with ``x * (1/d)``; rows land 0.05 to
-0.12 from the oracle, beyond section 8's 0.02. At EP1 it runs in FlashInfer's single-rank
+settings are FlashInfer's defaults. Its recipe is ``fp8_block_fi`` (docs/contract.md s12:
+W13 tiles over gate and up rows alternating in groups of 8, A2 in 1 x 64 blocks with
+``x * (1/d)``), which it declares first; it also declares ``fp8_block``, the DeepSeek-V3 recipe
+it is often taken for, so that the suites show how far it is from that one (0.05 to 0.12 per
+row, beyond section 8's 0.02: docs/conformance.md). Both build the same layer. At EP1 it runs in FlashInfer's single-rank
 mode, ``MEGA_NO_DIST=1`` (plain CUDA buffers instead of an NVSHMEM symmetric heap, no
 ``torch.distributed`` group): without it the backend needs nvshmem4py even for one rank. The
 adapter sets it in this process when it builds a layer, and it stays set, because FlashInfer
@@ -198,12 +198,14 @@ NO_DIST_ENV = "MEGA_NO_DIST"
 class Fp8PullBackend(FlashinferBackend):
     """``flashinfer-sm90-fp8-pull`` (module docstring)."""
 
-    NAME, RECIPES, WEIGHTINGS = "flashinfer-sm90-fp8-pull", ("fp8_block",), ("early",)
+    NAME, RECIPES, WEIGHTINGS = ("flashinfer-sm90-fp8-pull", ("fp8_block_fi", "fp8_block"),
+                                 ("early",))
 
     def conditions(self, spec: LayerSpec, world_size: int) -> tuple[tuple[bool, str], ...]:
         c = spec.config
         return (
-            (c.recipe == "fp8_block", f"recipe fp8_block only, not {c.recipe}"),
+            (c.recipe in self.RECIPES,
+             f"recipe {' or '.join(self.RECIPES)} only, not {c.recipe}"),
             (not (c.late_weighting or c.combine_weighting),
              "early weighting only (it applies the score before FC2)"),
             (c.hidden_size % PULL_MULTIPLE == 0 and c.intermediate_size % PULL_MULTIPLE == 0,

@@ -32,11 +32,13 @@ from oracle.moe_config import MoEConfig
 from oracle.weights import ExpertWeights, prepare_weights
 
 FP8_BLOCK_BYTES_PER_WEIGHT = 1 + 4 / (128 * 128)
-"""``fp8_block`` weights: one E4M3 byte each and a float32 scale per 128 x 128 tile."""
+"""``fp8_block`` and ``fp8_block_fi`` weights: one E4M3 byte each and a float32 scale per
+128 x 128 tile."""
 RECIPE_WORK: dict[str, tuple[float, str]] = {
     "bf16": (BF16_BYTES_PER_WEIGHT, "bf16_mm"),
     **{q.recipe: (q.bytes_per_weight, "fp8_mm") for q in RECIPES},
     "fp8_block": (FP8_BLOCK_BYTES_PER_WEIGHT, "fp8_mm"),
+    "fp8_block_fi": (FP8_BLOCK_BYTES_PER_WEIGHT, "fp8_mm"),
 }
 """Per recipe: weight bytes per weight and the matmul ceiling its FLOPs are read against."""
 
@@ -108,4 +110,4 @@ def backend_layer(backend: str, weighting: str, recipe: str = "bf16") -> Builder
 MEGAMOE_LATE = backend_layer("megamoe", "late")
 FLASHINFER_CAKE_LATE = backend_layer("flashinfer-sm90-cake", "late")
 MEGAMOE_MXFP8 = backend_layer("megamoe", "early", "mxfp8")
-FLASHINFER_FP8_PULL = backend_layer("flashinfer-sm90-fp8-pull", "early", "fp8_block")
+FLASHINFER_FP8_PULL = backend_layer("flashinfer-sm90-fp8-pull", "early", "fp8_block_fi")

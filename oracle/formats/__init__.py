@@ -11,7 +11,8 @@ Pure PyTorch, vectorized, device-agnostic. Public API (API.md):
 - NVFP4: :func:`quantize_nvfp4`, :func:`dequantize_nvfp4`, :func:`nvfp4_global_scale`;
 - safe FP8: :func:`safe_fp8_quantize`, :func:`safe_fp8_dequantize`, :func:`safe_fp8_scale_wire`;
 - FP8 block scales (s12): :func:`quantize_fp8_rows`, :func:`dequantize_fp8_rows`,
-  :func:`quantize_fp8_tiles`, :func:`dequantize_fp8_tiles`, :func:`fp8_block_scale`;
+  :func:`quantize_fp8_tiles`, :func:`dequantize_fp8_tiles`, :func:`fp8_block_scale`,
+  :func:`interleave_gate_up`, :func:`deinterleave_gate_up`;
 - packing: :func:`pack_fp4`, :func:`unpack_fp4`, :func:`pad_scale_columns`.
 """
 
@@ -24,6 +25,8 @@ from .constants import (
     E5M2_MAX,
     E5M2_NAN_BYTE,
     E8M0_NAN,
+    FI_A2_BLOCK,
+    FI_GATE_UP_INTERLEAVE,
     FP8_BLOCK,
     FP8_BLOCK_MIN_SCALE,
     MX_BLOCK,
@@ -36,9 +39,11 @@ from .constants import (
 )
 from .e8m0 import e8m0_decode, e8m0_encode
 from .fp8_block import (
+    deinterleave_gate_up,
     dequantize_fp8_rows,
     dequantize_fp8_tiles,
     fp8_block_scale,
+    interleave_gate_up,
     quantize_fp8_rows,
     quantize_fp8_tiles,
 )
@@ -55,6 +60,8 @@ __all__ = [
     "E5M2_MAX",
     "E5M2_NAN_BYTE",
     "E8M0_NAN",
+    "FI_A2_BLOCK",
+    "FI_GATE_UP_INTERLEAVE",
     "FP8_BLOCK",
     "FP8_BLOCK_MIN_SCALE",
     "MX_BLOCK",
@@ -66,6 +73,7 @@ __all__ = [
     "SCALE_COLUMN_MULTIPLE",
     "cast_e4m3",
     "cast_e5m2",
+    "deinterleave_gate_up",
     "dequantize_fp8_rows",
     "dequantize_fp8_tiles",
     "dequantize_mxfp4",
@@ -76,6 +84,7 @@ __all__ = [
     "e8m0_decode",
     "e8m0_encode",
     "fp8_block_scale",
+    "interleave_gate_up",
     "nvfp4_global_scale",
     "pack_fp4",
     "pad_scale_columns",

@@ -64,6 +64,12 @@ FP8_BLOCK = 128
 tiles of 128 x 128."""
 FP8_BLOCK_MIN_SCALE = 1e-30
 """The smallest FP8 block scale ``d`` (float32-rounded): ``d = max(amax / 448, 1e-30)``."""
+FI_A2_BLOCK = 64
+"""Recipe ``fp8_block_fi`` (docs/contract.md s12): A2 blocks of 1 x 64, payload ``x * (1/d)``
+(FlashInfer's sm90 FP8 pull, ``Fc1EpilogueStoreTileN``)."""
+FI_GATE_UP_INTERLEAVE = 8
+"""Recipe ``fp8_block_fi``: W13's gate and up rows alternate in groups of 8 before its 128 x 128
+tiles are cut (FlashInfer's ``Fp8GateUpInterleave``), so a tile spans 64 gate and 64 up rows."""
 
 NVFP4_GLOBAL_DIVISOR = E4M3_MAX * E2M1_MAX
 """``g = amax / (448 * 6)``: the per-tensor NVFP4 decode scale divisor."""

@@ -12,6 +12,12 @@ tile of a matrix (weights, ``quantize_fp8_tiles``). Per block, in float32:
 - a block holding NaN or Inf gets ``d = NaN`` and every payload byte ``0x7F`` (E4M3 NaN).
 
 Dequantization: ``float32(payload) * d``, one float32 multiplication per element.
+
+FlashInfer's sm90 variant (recipe ``fp8_block_fi``, docs/contract.md s12) changes two things:
+its A2 blocks are ``1 x 64`` with payload ``e4m3_sat(x * float32(1 / d))`` (``reciprocal=True``:
+the float32 reciprocal of ``d``, then one float32 multiplication per element), and W13's tiles
+are cut after its gate and up rows alternate in groups of 8 (``gate_up_interleave=8``), so one
+tile spans 64 gate and 64 up rows; payloads stay in the canonical row order.
 """
 
 from __future__ import annotations
@@ -32,12 +38,15 @@ def fp8_block_scale(amax: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(amax), d, torch.full_like(d, float("nan")))
 
 
-def _quantize_blocks(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize_blocks(blocks: torch.Tensor,
+                     reciprocal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 ``blocks [..., n]`` (one block per last-dim row) -> (E4M3 payload ``[..., n]``,
-    float32 ``d [...]``)."""
+    float32 ``d [...]``); ``reciprocal``: ``x * float32(1 / d)`` instead of ``x / d``."""
     amax = blocks.abs().amax(dim=-1) if blocks.shape[-1] else blocks.new_zeros(blocks.shape[:-1])
-    d = fp8_block_scale(amax)
-    grid = round_to_grid_(blocks / d.unsqueeze(-1), E4M3)
+    d = fp8_block_scale(amax).unsqueeze(-1)
+    scaled = blocks * (1.0 / d) if reciprocal else blocks / d
+    d = d.squeeze(-1)
+    grid = round_to_grid_(scaled, E4M3)
     payload = grid.to(torch.float8_e4m3fn).view(torch.uint8)
     bad = ~torch.isfinite(amax)
     if bool(bad.any()):
@@ -45,29 +54,50 @@ def _quantize_blocks(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return payload.view(torch.float8_e4m3fn), d
 
 
-def quantize_fp8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Activations: ``x [..., K]`` (float, ``K % 128 == 0``) -> (payload float8_e4m3fn
-    ``[..., K]``, scales float32 ``[..., K/128]``), blocks of 128 along the last dim. Never
+def quantize_fp8_rows(x: torch.Tensor, block: int = FP8_BLOCK,
+                      reciprocal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Activations: ``x [..., K]`` (float, ``K % block == 0``) -> (payload float8_e4m3fn
+    ``[..., K]``, scales float32 ``[..., K/block]``), blocks of ``block`` along the last dim
+    (128 in s12; ``fp8_block_fi``'s A2: 64 with ``reciprocal``, module docstring). Never
     modifies ``x``."""
     require_floating("x", x)
-    require_last_dim_multiple("x", x, FP8_BLOCK, "FP8 block size")
+    require_last_dim_multiple("x", x, block, "FP8 block size")
     lead, k = tuple(x.shape[:-1]), x.shape[-1]
-    blocks = x.to(torch.float32).reshape(*lead, k // FP8_BLOCK, FP8_BLOCK)
-    payload, d = _quantize_blocks(blocks)
+    blocks = x.to(torch.float32).reshape(*lead, k // block, block)
+    payload, d = _quantize_blocks(blocks, reciprocal)
     return payload.reshape(x.shape), d
 
 
-def dequantize_fp8_rows(payload: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """float32 ``[..., K]`` of row-block FP8: ``float32(payload) * d`` per 128-block."""
+def dequantize_fp8_rows(payload: torch.Tensor, scales: torch.Tensor,
+                        block: int = FP8_BLOCK) -> torch.Tensor:
+    """float32 ``[..., K]`` of row-block FP8: ``float32(payload) * d`` per ``block``."""
     require_dtype("payload", payload, (torch.float8_e4m3fn,))
     require_dtype("scales", scales, (torch.float32,))
-    require_last_dim_multiple("payload", payload, FP8_BLOCK, "FP8 block size")
+    require_last_dim_multiple("payload", payload, block, "FP8 block size")
     lead, k = tuple(payload.shape[:-1]), payload.shape[-1]
-    if tuple(scales.shape) != (*lead, k // FP8_BLOCK):
-        raise fail("scales", "one float32 per 128-block", [*lead, k // FP8_BLOCK],
+    if tuple(scales.shape) != (*lead, k // block):
+        raise fail("scales", f"one float32 per {block}-block", [*lead, k // block],
                    list(scales.shape))
-    blocks = payload.to(torch.float32).reshape(*lead, k // FP8_BLOCK, FP8_BLOCK)
+    blocks = payload.to(torch.float32).reshape(*lead, k // block, block)
     return (blocks * scales.unsqueeze(-1)).reshape(payload.shape)
+
+
+def interleave_gate_up(w13: torch.Tensor, group: int) -> torch.Tensor:
+    """``[..., 2I, K]``, gate rows then up rows -> gate and up rows alternating in groups of
+    ``group`` (``I % group == 0``): rows ``g[0:group], u[0:group], g[group:2 group], ...``."""
+    *lead, n, k = w13.shape
+    if n % (2 * group):
+        raise fail("w13", f"2I rows, I a multiple of the gate/up group {group}",
+                   f"a multiple of {2 * group}", n)
+    halves = w13.reshape(*lead, 2, n // (2 * group), group, k)
+    return halves.transpose(-4, -3).reshape(w13.shape)
+
+
+def deinterleave_gate_up(rows: torch.Tensor, group: int) -> torch.Tensor:
+    """The inverse of :func:`interleave_gate_up`."""
+    *lead, n, k = rows.shape
+    pairs = rows.reshape(*lead, n // (2 * group), 2, group, k)
+    return pairs.transpose(-4, -3).reshape(rows.shape)
 
 
 def _tile_view(x: torch.Tensor) -> torch.Tensor:
@@ -89,18 +119,29 @@ def _require_tiles(argument: str, x: torch.Tensor) -> None:
                    "[..., 128 n, 128 k]", list(x.shape))
 
 
-def quantize_fp8_tiles(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_fp8_tiles(w: torch.Tensor,
+                       gate_up_interleave: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Weights: ``w [..., N, K]`` (float, N and K multiples of 128) -> (payload float8_e4m3fn
-    ``[..., N, K]``, scales float32 ``[..., N/128, K/128]``), one scale per 128 x 128 tile.
+    ``[..., N, K]``, scales float32 ``[..., N/128, K/128]``), one scale per 128 x 128 tile; with
+    ``gate_up_interleave`` (a W13 of ``fp8_block_fi``), the tiles of
+    ``interleave_gate_up(w, gate_up_interleave)``, the payload back in ``w``'s row order.
     Never modifies ``w``."""
     require_floating("w", w)
     _require_tiles("w", w)
-    payload, d = _quantize_blocks(_tile_view(w.to(torch.float32)))
-    return _untile(payload.view(torch.uint8), w.shape).view(torch.float8_e4m3fn), d
+    w32 = w.to(torch.float32)
+    if gate_up_interleave is not None:
+        w32 = interleave_gate_up(w32, gate_up_interleave)
+    payload, d = _quantize_blocks(_tile_view(w32))
+    payload = _untile(payload.view(torch.uint8), w.shape)
+    if gate_up_interleave is not None:
+        payload = deinterleave_gate_up(payload, gate_up_interleave)
+    return payload.view(torch.float8_e4m3fn), d
 
 
-def dequantize_fp8_tiles(payload: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """float32 ``[..., N, K]`` of tile FP8: ``float32(payload) * d`` per 128 x 128 tile."""
+def dequantize_fp8_tiles(payload: torch.Tensor, scales: torch.Tensor,
+                         gate_up_interleave: int | None = None) -> torch.Tensor:
+    """float32 ``[..., N, K]`` of tile FP8: ``float32(payload) * d`` per 128 x 128 tile (of the
+    interleaved rows with ``gate_up_interleave``, as :func:`quantize_fp8_tiles` cut them)."""
     require_dtype("payload", payload, (torch.float8_e4m3fn,))
     require_dtype("scales", scales, (torch.float32,))
     _require_tiles("payload", payload)
@@ -108,5 +149,8 @@ def dequantize_fp8_tiles(payload: torch.Tensor, scales: torch.Tensor) -> torch.T
     if tuple(scales.shape) != (*lead, n // FP8_BLOCK, k // FP8_BLOCK):
         raise fail("scales", "one float32 per 128 x 128 tile",
                    [*lead, n // FP8_BLOCK, k // FP8_BLOCK], list(scales.shape))
-    tiles = _tile_view(payload.to(torch.float32)) * scales.unsqueeze(-1)
-    return _untile(tiles, payload.shape)
+    values = payload.to(torch.float32)
+    if gate_up_interleave is not None:
+        values = interleave_gate_up(values, gate_up_interleave)
+    out = _untile(_tile_view(values) * scales.unsqueeze(-1), payload.shape)
+    return out if gate_up_interleave is None else deinterleave_gate_up(out, gate_up_interleave)

@@ -83,7 +83,7 @@ def test_flashinfers_fp8_worker_needs_its_cute_dsl_path(monkeypatch) -> None:  #
         arm.build(bench.cases[0], CTX)
 
 
-@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4", "fp8_block"])
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4", "fp8_block", "fp8_block_fi"])
 def test_the_checks_reference_from_the_touched_experts_is_the_whole_weights_reference(
         recipe: str) -> None:
     """``reference_routes`` prepares only the experts the routes touch (a full quantized copy

@@ -156,6 +156,7 @@ def test_recipe_table_matches_contract_section_5():
         "nvfp4": (Format.NVFP4, Format.NVFP4, Format.NVFP4, 0.06),
         "fp8_mxfp4": (Format.SAFE_FP8, Format.MXFP4, Format.SAFE_FP8, 0.025),
         "fp8_block": (Format.FP8_BLOCK, Format.FP8_BLOCK, Format.FP8_BLOCK, 0.02),  # s12
+        "fp8_block_fi": (Format.FP8_BLOCK, Format.FP8_BLOCK_FI, Format.FP8_BLOCK_FI, 0.02),
     }
 
 

@@ -122,18 +122,22 @@ def test_the_cake_adapter_refuses_what_the_backend_cannot_build(
 
 @pytest.mark.parametrize(("kw", "why"), [
     ({"late_weighting": True}, "early weighting only (it applies the score before FC2)"),
-    ({"recipe": "bf16", "hidden_size": 256}, "recipe fp8_block only, not bf16"),
+    ({"recipe": "bf16", "hidden_size": 256},
+     "recipe fp8_block_fi or fp8_block only, not bf16"),
 ])
-def test_the_fp8_pull_adapter_takes_the_fp8_block_recipe_early(
+def test_the_fp8_pull_adapter_takes_the_fp8_block_recipes_early(
         fake_tree: Path, monkeypatch: pytest.MonkeyPatch, kw: dict, why: str) -> None:
+    """Its own recipe first (``fp8_block_fi``), then the DeepSeek-V3 one it is judged against
+    too; both early."""
     pull = load_backend("flashinfer-sm90-fp8-pull")
-    assert pull.info.recipes == ("fp8_block",) and pull.info.weightings == ("early",)
+    assert pull.info.recipes == ("fp8_block_fi", "fp8_block")
+    assert pull.info.weightings == ("early",)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     monkeypatch.setenv(ROOT_ENV, str(fake_tree))
     gpu = torch.device("cuda", 0)
-    spec = _spec(recipe="fp8_block", late_weighting=False)
-    assert pull.refusal(spec, gpu, 1) is None
+    for recipe in pull.info.recipes:
+        assert pull.refusal(_spec(recipe=recipe, late_weighting=False), gpu, 1) is None
     bad = _spec(**{"recipe": "fp8_block", "late_weighting": False, **kw})
     assert pull.refusal(bad, gpu, 1) == f"backend flashinfer-sm90-fp8-pull takes {why}"
 
@@ -143,7 +147,7 @@ class _Loaded(Exception):
 
 
 @pytest.mark.parametrize(("name", "recipe", "late", "no_dist"), [
-    ("flashinfer-sm90-fp8-pull", "fp8_block", False, "1"),
+    ("flashinfer-sm90-fp8-pull", "fp8_block_fi", False, "1"),
     ("flashinfer-sm90-cake", "bf16", True, None),
 ])
 def test_the_fp8_pull_runs_one_rank_in_flashinfers_single_rank_mode(
@@ -197,6 +201,10 @@ def test_flashinfer_fp8_recipe_model_misses_s12_by_more_than_its_tolerance() -> 
     tol = get_recipe("fp8_block").rel_l2_tolerance
     assert all(0.04 < d < 0.08 for d in probe.rel(probe.flashinfer_recipe(w13, w2, x, ids, s),
                                                   oracle))
+    fi = oracle_output(LayerSpec(MoEConfig("fp8_block_fi", probe.E, probe.K, probe.H,
+                                           probe.INTER), probe.C), w13, w2, x, ids, s)
+    assert torch.equal(probe.flashinfer_recipe(w13, w2, x, ids, s).view(torch.int16),
+                       fi.view(torch.int16))  # the probe's model is the oracle's fp8_block_fi
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(probe, "interleave", lambda m: m)
         mp.setattr(probe, "deinterleave", lambda m: m)

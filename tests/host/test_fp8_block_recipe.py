@@ -126,7 +126,7 @@ def test_a_bf16_a2_changes_the_bits_and_each_weight_tile_has_one_scale() -> None
 
 @pytest.mark.contract("s12.fp8-block-recipe")
 def test_the_recipe_table_carries_the_extension_beside_the_contract_recipes() -> None:
-    assert set(RECIPES) == {*CONTRACT_RECIPES, "fp8_block"}
+    assert set(RECIPES) == {*CONTRACT_RECIPES, "fp8_block", "fp8_block_fi"}
     r = get_recipe("fp8_block")
     assert (r.a1, r.weights, r.a2, r.rel_l2_tolerance) == (
         Format.FP8_BLOCK, Format.FP8_BLOCK, Format.FP8_BLOCK, 0.02)

@@ -6,8 +6,9 @@ oracle (each in its recipe) before timing:
   weighting (the cake applies the score after FC2 or in its combine, never before A2);
 - ``layer_flashinfer_fp8``: FP8 against FP8 with other scale blocks: our ``mxfp8`` layer (E4M3
   with 1 x 32 power-of-two scales on activations and weights) against
-  ``fp8_fp8_bf16_pull_cutedsl`` in its blockwise mode (recipe ``fp8_block``: 1 x 128 float32
-  activation scales, 128 x 128 weight scales), early weighting. The arms do the same GEMM work
+  ``fp8_fp8_bf16_pull_cutedsl`` in its blockwise mode (recipe ``fp8_block_fi``: 1 x 128 float32
+  scales on A1, 1 x 64 on A2, 128 x 128 weight tiles), early weighting; each arm is checked
+  against the oracle in its own recipe. The arms do the same GEMM work
   at the same precision, not the same arithmetic; the ratio says which FP8 layer is faster on
   these shapes, not which kernel is better at one recipe. FlashInfer's arm needs CuTe DSL 4.6.2 or
   newer, which cannot share a process with ours: its worker puts ``$MEGAMOE_FLASHINFER_DSL_PATH``
@@ -44,7 +45,7 @@ one rank's share of it at EP8 (``dsrank``: 32 experts, fits beside FlashInfer's 
 
 
 ARM_RECIPES: dict[str, str] = {"layer-late": "bf16", "flashinfer-sm90-cake": "bf16",
-                               "layer-mxfp8": "mxfp8", "flashinfer-sm90-fp8-pull": "fp8_block"}
+                               "layer-mxfp8": "mxfp8", "flashinfer-sm90-fp8-pull": "fp8_block_fi"}
 """Each side-by-side arm's recipe: its weight bytes per weight and the matmul ceiling its FLOPs
 are read against (``backend_layer.RECIPE_WORK``; ``devtools.roofline`` reads it)."""
 
