@@ -23,7 +23,8 @@
 # With "bench [CASE_GLOB]" after the backend name the call runs the side-by-side benchmark
 # instead of the contract tests (layer_flashinfer_cake --quick, FlashInfer in a worker
 # process; CASE_GLOB default 'dsrank-*-T16': one rank's share of the DeepSeek-like layer, small
-# cases first; the whole layer's 'deepseek-*' cases need an H200's memory) and brings back its JSON
+# cases first; the whole layer's 'deepseek-*' cases are the tight ones in memory, docs/perf.md)
+# and brings back its JSON
 # record and log:
 #   run(command="bash devtools/flashinfer_device.sh flashinfer-sm90-cake bench", ...)
 # (begin the command with `export MEGAMOE_GIT_COMMIT=<the commit>;` so that the record names it:

@@ -1,6 +1,7 @@
 """Builders for the remote-arm tests (``tests/host/test_bench_remote.py``), imported by the
 worker process (``megamoe.bench.remote_worker``): a sleeper whose time per call is known, and
-arms that fail their check, hang, die or raise."""
+arms that fail their check, hang, die or raise; ``after_build`` counts the worker's calls, which
+``after_build_seen`` checks."""
 
 from __future__ import annotations
 
@@ -36,3 +37,23 @@ def dies(case: Case, ctx: BuildContext) -> Workload:
 
 def refuses(case: Case, ctx: BuildContext) -> Workload:
     raise ValueError("backend planted takes H a multiple of 256")
+
+
+AFTER_BUILD_CALLS: list[int] = []
+
+
+def after_build() -> None:
+    """The worker calls this once a workload of this module is built."""
+    AFTER_BUILD_CALLS.append(1)
+
+
+def after_build_seen(case: Case, ctx: BuildContext) -> Workload:
+    """Its check passes when the worker called ``after_build`` once, after this build (the
+    count it expects: ``case.shape["calls"]``)."""
+    before = len(AFTER_BUILD_CALLS)
+
+    def check() -> None:
+        seen = len(AFTER_BUILD_CALLS) - before
+        assert seen == case.shape["calls"], f"after_build called {seen} times after the build"
+
+    return Workload(lambda: None, check=check)

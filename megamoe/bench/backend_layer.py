@@ -25,6 +25,7 @@ from megamoe.bench.benchmarks.layer import (
     _shape,
     _weights,
     _work,
+    release_weights,
 )
 from megamoe.bench.benchmarks.layer_quantized import RECIPES
 from megamoe.bench.registry import BuildContext, Builder, Case, Workload
@@ -89,13 +90,15 @@ def backend_layer(backend: str, weighting: str, recipe: str = "bf16") -> Builder
         handle = impl.build(spec, w13, w2, device=ctx.device)
         x, ids, w = _inputs(case, ctx)
         handle.warmup(x, ids, w)
+        n = min(t, CHECK_TOKENS)
+        # the reference rows now, so that the check holds no weights (after_build)
+        want = moe_forward(x[:n], *reference_routes(ids[:n], w[:n], w13, w2, cfg))
+        del w13, w2
         if ctx.device.type == "cuda":  # what an arm holds, for a run that ends out of memory
             print(f"{backend} {case.name}: built, {torch.cuda.memory_allocated(ctx.device) / 2**30:.1f}"
                   " GiB allocated in this process", file=sys.stderr)
 
         def check() -> None:
-            n = min(t, CHECK_TOKENS)
-            want = moe_forward(x[:n], *reference_routes(ids[:n], w[:n], w13, w2, cfg))
             report = compare_rows(handle.forward(x, ids, w)[:n], want, ids[:n], recipe)
             if report.problems:
                 raise AssertionError(f"{backend} {case.name}: {report.problems}")
@@ -105,6 +108,15 @@ def backend_layer(backend: str, weighting: str, recipe: str = "bf16") -> Builder
 
     build.__qualname__ = f"backend_layer[{backend},{weighting},{recipe}]"
     return build
+
+
+def after_build() -> None:
+    """Called by a remote arm's worker once its workload is built
+    (``megamoe.bench.remote_worker``): drop the shared weights. The worker builds one
+    workload, whose layer keeps what it needs and whose check keeps only its reference rows;
+    at the whole DeepSeek-like shape the generated weights (21 GiB) beside FlashInfer's copy
+    and our process's would not fit an H100's 80 GB."""
+    release_weights()
 
 
 MEGAMOE_LATE = backend_layer("megamoe", "late")

@@ -4,7 +4,9 @@ Reads one JSON request per line on stdin and answers one JSON line on its origin
 (anything the arm prints goes to stderr, so it cannot corrupt the answers):
 
 - ``build`` (``builder`` ``"module:attribute"``, ``case``, ``ctx``): import the builder, build
-  the workload on a backend of the context's device kind; answer the work it declares;
+  the workload on a backend of the context's device kind, then call the builder module's
+  ``after_build()`` if it has one (a worker builds one workload: the module may drop what it
+  shares between builds); answer the work it declares;
 - ``prepare`` (``warmup``, ``calls``, ``graph``): warm up, run the check (a failure answers
   ``kind: "check"``), capture the unit and run it once;
 - ``run``: one execution of the unit, synchronised; ``time``: one timed execution, answered in
@@ -46,6 +48,9 @@ def _build(state: _State, req: dict[str, Any]) -> dict[str, Any]:
     state.backend = default_backend("cuda" if device.type == "cuda" else "cpu", device.index)
     w = builder(case, BuildContext(device, **ctx_args))
     state.workload = w
+    after = getattr(importlib.import_module(module), "after_build", None)
+    if after is not None:
+        after()
     return {"bytes_moved": w.bytes_moved, "flops": w.flops, "bytes_sent": w.bytes_sent,
             "ceiling": w.ceiling}
 

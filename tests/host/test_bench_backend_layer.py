@@ -44,6 +44,24 @@ def test_our_mxfp8_layer_passes_its_check_and_declares_fp8_weight_bytes(tiny) ->
     assert work.bytes_moved == int(touched * 3 * 64 * 128 * (1 + 1 / 32))
 
 
+def test_the_check_holds_its_reference_rows_not_the_shared_weights(tiny) -> None:  # type: ignore[no-untyped-def]
+    """The reference rows are made at build, so that a remote worker can drop the shared
+    weights after it (``after_build``): nothing the check closes over shares their storage,
+    and it still passes once they are released."""
+    import torch
+
+    work = bl.MEGAMOE_LATE(tiny, CTX)
+    w13, w2 = lb._weights(lb._shape(tiny), CTX.device)
+    shared = {t.untyped_storage().data_ptr() for t in (w13, w2)}
+    held = [c.cell_contents for c in work.check.__closure__ or ()]
+    assert not any(isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() in shared
+                   for v in held)
+    del w13, w2
+    bl.after_build()
+    assert not lb._WEIGHTS
+    work.check()
+
+
 def test_an_unknown_recipe_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="recipe"):
         bl.backend_layer("megamoe", "early", "fp6")

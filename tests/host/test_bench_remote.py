@@ -98,6 +98,22 @@ def test_a_failed_check_in_the_worker_is_an_assertion_naming_the_arm() -> None:
         work.remote.close()
 
 
+@pytest.mark.parametrize(("calls", "passes"), [(1, True), (2, False)])
+def test_the_worker_calls_the_builder_modules_after_build_once_built(calls: int,
+                                                                     passes: bool) -> None:
+    """``after_build`` (``megamoe.bench.backend_layer`` drops the shared weights there): the
+    worker calls it once, after the build; the builder's check counts it (expecting two
+    calls, the planted miscount, it fails by name)."""
+    case = Case("c", {"calls": calls, "ms": 1})
+    bench = Benchmark("after", "d", (case,), Arm("local", _local_sleeper(1)),
+                      baselines=(remote_arm("seen", _spec("after_build_seen")),), ceilings=())
+    if passes:
+        run_benchmark(bench, HostBackend(), SingleRank(), PROTO)
+    else:
+        with pytest.raises(AssertionError, match="after_build called 1 times"):
+            run_benchmark(bench, HostBackend(), SingleRank(), PROTO)
+
+
 def test_a_worker_that_does_not_answer_is_killed_and_named() -> None:
     m = Measurer(HostBackend(), SingleRank(), PROTO)
     work = remote_arm("spins", _spec("hangs", timeout_s=2)).build(Case("c"), CTX)

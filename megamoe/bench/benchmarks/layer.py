@@ -79,6 +79,13 @@ def _weights(shape: Shape, device: torch.device) -> tuple[torch.Tensor, torch.Te
     return _WEIGHTS[key]
 
 
+def release_weights() -> None:
+    """Forget the shared weights (``_weights``); the next build makes them again."""
+    _WEIGHTS.clear()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def _inputs(case: Case, ctx: BuildContext):
     from fixtures.scenarios import make_scenario
 

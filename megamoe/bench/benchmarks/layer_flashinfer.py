@@ -40,8 +40,9 @@ FLASHINFER_CAKE = RemoteSpec("megamoe.bench.backend_layer:FLASHINFER_CAKE_LATE")
 FLASHINFER_FP8_PULL = RemoteSpec("megamoe.bench.backend_layer:FLASHINFER_FP8_PULL",
                                  env={"PYTHONPATH": "${MEGAMOE_FLASHINFER_DSL_PATH}"})
 DEEPSEEK_CASES = _cases((DEEPSEEK, DEEPSEEK_RANK), quick_shapes=(DEEPSEEK, DEEPSEEK_RANK))
-"""The whole DeepSeek-like layer (21 GiB of bf16 weights in each process: an H200's run) and
-one rank's share of it at EP8 (``dsrank``: 32 experts, fits beside FlashInfer's on an H100)."""
+"""The whole DeepSeek-like layer (21 GiB of bf16 weights; FlashInfer's worker drops its shared
+copy once built, ``backend_layer.after_build``, so by count it fits an H100, not yet run) and
+one rank's share of it at EP8 (``dsrank``: 32 experts, ran on an H100)."""
 
 
 ARM_RECIPES: dict[str, str] = {"layer-late": "bf16", "flashinfer-sm90-cake": "bf16",
