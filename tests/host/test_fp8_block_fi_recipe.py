@@ -20,24 +20,16 @@ from oracle.formats import (
     quantize_fp8_rows,
     quantize_fp8_tiles,
 )
-from oracle.recipes import RECIPES, Format, get_recipe
+from tests.host.fp8_block_model import F32, block_d, e4m3, one_expert_case, sigmoid
 
 H = 128
 INTER = 128
-F32 = np.float32
 SEEDS = (0, 1, 2, 13)
 """Seed 13's case has an A2 element that ``x / d`` and ``x * float32(1/d)`` round apart (a rare
 event: 3 of the first 60 seeds)."""
 
 
-def _d(amax: np.ndarray) -> np.ndarray:
-    """s12: d = max(float32(amax / 448), 1e-30)."""
-    return np.maximum(np.asarray(amax, F32) / F32(448.0), F32(1e-30))
-
-
-def _e4m3(q: np.ndarray) -> np.ndarray:
-    assert np.all(np.abs(q) < 464)  # below the midpoint past 448: RNE and saturation agree
-    return q.astype(ml_dtypes.float8_e4m3fn).astype(F32)
+_d, _e4m3, _sigmoid = block_d, e4m3, sigmoid
 
 
 def _rows(x: np.ndarray, block: int, reciprocal: bool) -> np.ndarray:
@@ -65,30 +57,12 @@ def _w13_tiles(w13: np.ndarray, interleaved: bool) -> np.ndarray:
     return out
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(F32)
-
-
 def _case(seed: int):  # type: ignore[no-untyped-def]
-    """One expert: gate row j reads hidden column 0, up row j hidden column 1, W2 diagonal;
-    the gates 40 times the ups, so a tile of both takes the gates' scale."""
-    rng = np.random.default_rng(seed)
-    g = (rng.standard_normal(INTER) * 4).astype(F32)
-    u = (rng.standard_normal(INTER) * 0.1).astype(F32)
-    v = (rng.standard_normal(H) * 2).astype(F32)
-    w13 = np.zeros((2 * INTER, H), F32)
-    w13[np.arange(INTER), 0] = g
-    w13[INTER + np.arange(INTER), 1] = u
-    w2 = np.zeros((H, INTER), F32)
-    w2[np.arange(H), np.arange(H)] = v
-    x = np.zeros((3, H), F32)
-    x[:, 0] = [1.5, -0.75, 3.0]
-    x[:, 1] = [2.0, 0.6, -1.25]
-    x[:, 2:] = rng.standard_normal((3, H - 2)).astype(F32) * 0.01
-    x = torch.from_numpy(x).bfloat16().float().numpy()
-    # a different amplitude per half of I, so A2's 64-blocks take different scales
+    """The gates 40 times the ups, so a tile of both takes the gates' scale; W2's second half
+    8 times its first, so A2's two 64-blocks take different scales."""
+    w13, w2, x, scores = one_expert_case(seed, H, INTER, up_scale=0.1)
     w2[:, INTER // 2:] *= F32(8.0)
-    return w13, w2, x, np.array([0.7, 0.35, 1.9], F32)
+    return w13, w2, x, scores
 
 
 def _model(w13, w2, x, scores, interleaved: bool = True, a2_block: int = 64,  # type: ignore[no-untyped-def]
@@ -183,14 +157,3 @@ def test_an_a2_block_is_64_wide_and_its_payload_multiplies_by_the_reciprocal() -
     assert divided.view(torch.uint8)[0, 1].item() == by_division
     back = dequantize_fp8_rows(payload, scales, 64)[0, 1].item()
     assert back == float(np.float32(by_reciprocal.view(ml_dtypes.float8_e4m3fn).astype(np.float32)) * d)
-
-
-@pytest.mark.contract("s12.fp8-block-fi-recipe")
-def test_the_recipe_table_carries_it_beside_fp8_block() -> None:
-    assert {"fp8_block", "fp8_block_fi"} <= set(RECIPES)
-    r = get_recipe("fp8_block_fi")
-    assert (r.a1, r.weights, r.a2, r.rel_l2_tolerance) == (
-        Format.FP8_BLOCK, Format.FP8_BLOCK_FI, Format.FP8_BLOCK_FI, 0.02)
-    assert (r.hidden_multiple, r.intermediate_multiple) == (128, 128)
-    with pytest.raises(ValueError, match="intermediate_size: expected a multiple of 128"):
-        MoEConfig("fp8_block_fi", 2, 1, 128, 64)

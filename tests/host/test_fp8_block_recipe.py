@@ -6,28 +6,18 @@ tolerance but not these bits); and the recipe table carries it beside the contra
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 import torch
 
 from oracle.experts import MoEConfig, moe_forward, prepare_weights
 from oracle.recipes import CONTRACT_RECIPES, RECIPES, Format, get_recipe
+from tests.host.fp8_block_model import F32, block_d, e4m3, one_expert_case, sigmoid
 
 H = INTER = 128
-F32 = np.float32
 
 
-def _blocks_d(amax: np.ndarray) -> np.ndarray:
-    """s12: d = max(float32(amax / 448), 1e-30)."""
-    return np.maximum(amax.astype(F32) / F32(448.0), F32(1e-30))
-
-
-def _e4m3(q: np.ndarray) -> np.ndarray:
-    """float32 values of the E4M3 cast (RNE). Quotients stay below 464, the midpoint past 448,
-    where rounding to nearest and the contract's saturating cast agree."""
-    assert np.all(np.abs(q) < 464)
-    return q.astype(ml_dtypes.float8_e4m3fn).astype(F32)
+_blocks_d, _e4m3, _sigmoid = block_d, e4m3, sigmoid
 
 
 def _deq_rows(x: np.ndarray) -> np.ndarray:
@@ -43,29 +33,8 @@ def _deq_tile(w: np.ndarray) -> np.ndarray:
     return _e4m3(w.astype(F32) / d) * d
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(F32)
-
-
 def _case(seed: int):  # type: ignore[no-untyped-def]
-    """One expert: gate row j reads hidden column 0, up row j hidden column 1, W2 is diagonal;
-    values spread over several binades so that every quantizer rounds."""
-    rng = np.random.default_rng(seed)
-    g = (rng.standard_normal(INTER) * 4).astype(F32)
-    u = (rng.standard_normal(INTER) * 0.3).astype(F32)
-    v = (rng.standard_normal(H) * 2).astype(F32)
-    w13 = np.zeros((2 * INTER, H), F32)
-    w13[np.arange(INTER), 0] = g
-    w13[INTER + np.arange(INTER), 1] = u
-    w2 = np.zeros((H, INTER), F32)
-    w2[np.arange(H), np.arange(H)] = v
-    x = np.zeros((3, H), F32)
-    x[:, 0] = [1.5, -0.75, 3.0]
-    x[:, 1] = [2.0, 0.6, -1.25]
-    x[:, 2:] = rng.standard_normal((3, H - 2)).astype(F32) * 0.01  # only moves A1's scales
-    x = torch.from_numpy(x).bfloat16().float().numpy()  # bf16-exact hidden rows
-    scores = np.array([0.7, 0.35, 1.9], F32)
-    return w13, w2, x, scores
+    return one_expert_case(seed, H, INTER, up_scale=0.3)
 
 
 def _bf16_rows(v: np.ndarray) -> np.ndarray:
@@ -124,12 +93,20 @@ def test_a_bf16_a2_changes_the_bits_and_each_weight_tile_has_one_scale() -> None
     assert weights.w13_scale[0, 0, 0].item() == float(want)
 
 
-@pytest.mark.contract("s12.fp8-block-recipe")
-def test_the_recipe_table_carries_the_extension_beside_the_contract_recipes() -> None:
+@pytest.mark.contract("s12.fp8-block-recipe", "s12.fp8-block-fi-recipe")
+@pytest.mark.parametrize(("name", "formats", "too_small"), [
+    ("fp8_block", (Format.FP8_BLOCK,) * 3, ("hidden_size", 64, 128)),
+    ("fp8_block_fi", (Format.FP8_BLOCK, Format.FP8_BLOCK_FI, Format.FP8_BLOCK_FI),
+     ("intermediate_size", 128, 64)),
+])
+def test_the_recipe_table_carries_the_extension_beside_the_contract_recipes(
+        name: str, formats: tuple, too_small: tuple) -> None:
+    """Both s12 recipes beside the contract's four; H and I multiples of 128 (the tiles; the
+    64-blocks of ``fp8_block_fi``'s A2 divide them)."""
     assert set(RECIPES) == {*CONTRACT_RECIPES, "fp8_block", "fp8_block_fi"}
-    r = get_recipe("fp8_block")
-    assert (r.a1, r.weights, r.a2, r.rel_l2_tolerance) == (
-        Format.FP8_BLOCK, Format.FP8_BLOCK, Format.FP8_BLOCK, 0.02)
+    r = get_recipe(name)
+    assert (r.a1, r.weights, r.a2, r.rel_l2_tolerance) == (*formats, 0.02)
     assert (r.hidden_multiple, r.intermediate_multiple) == (128, 128)
-    with pytest.raises(ValueError, match="hidden_size: expected a multiple of 128"):
-        MoEConfig("fp8_block", 2, 1, 64, 128)
+    field, h, i = too_small
+    with pytest.raises(ValueError, match=f"{field}: expected a multiple of 128"):
+        MoEConfig(name, 2, 1, h, i)
