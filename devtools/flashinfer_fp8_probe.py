@@ -1,10 +1,9 @@
 """Why FlashInfer's sm90 FP8 pull misses the oracle (docs/conformance.md, its section): one
 layer at E = 8, H = I = 256, K = 2, T = 4, built by our adapter, its rows compared with
-FlashInfer's own reference, with the oracle's ``fp8_block`` (docs/contract.md s12) and with a
-CPU model of FlashInfer's recipe made of the oracle's functions (W13 tiles cut after its
-8-row gate/up interleave, A2 in 1 x 64 blocks with ``d = max(amax / 448, 1e-30)`` and payload
-``x * (1/d)``: what the oracle now carries as ``fp8_block_fi``, which gives the model's bits on
-its batches); per row, relative L2.
+FlashInfer's own reference, with the oracle's ``fp8_block`` (docs/contract.md s12) and with the
+oracle's ``fp8_block_fi``, FlashInfer's recipe as the oracle carries it (W13 tiles cut after
+its 8-row gate/up interleave, A2 in 1 x 64 blocks with payload ``x * (1/d)``); per row,
+relative L2.
 
 1. ``dense``: every route active;
 2. ``masked (stale)``: the same layer, slots (0, 1) and (2, 0) masked with NaN scores, after
@@ -18,25 +17,28 @@ Run in FlashInfer's process (its CuTe DSL; the environment ``devtools/flashinfer
 flashinfer-sm90-fp8-pull`` sets, after its two ``stage-dsl`` calls), from the repository
 root: ``python3 -m devtools.flashinfer_fp8_probe``.
 
+On an H100 (2026-12-05, FlashInfer 0.7.2.post1, CuTe DSL 4.7.1), 17 s, with this probe's
+first form (its own CPU model of FlashInfer's recipe, written before the oracle carried it;
+on the CPU that model gave ``fp8_block_fi``'s bits on these batches): FlashInfer's kernel
+meets its reference on every row of 1, 3 and 4 (printed 0.0: below 0.00005) and misses it on
+the masked rows of 2 (0.90, 0.23); ``fp8_block`` is 0.05 to 0.07 from the kernel and from
+FlashInfer's recipe on every row, the recipe 0.004 to 0.027 from the kernel.
+
 ``--cpu`` (any machine with FlashInfer's files: ``$MEGAMOE_FLASHINFER_ROOT`` or
-``flashinfer-python``) compares the model instead with FlashInfer's reference and weight
-transform run on the CPU, whose raw FP8 GEMM (``torch._scaled_mm``) is an exact float32
-product there: on the probe's dense batches (T = 4 and 64) the two are equal bit for bit
-(2026-12-05, torch 2.13, FlashInfer 0.7.2.post1's files). So the 0.004 to 0.027 between the
-model and the kernel on the GPU comes from what the GPU does that this arithmetic does not:
-the likeliest is the raw FP8 GEMM's accumulator (FlashInfer's GPU reference, which its kernel
-meets, runs ``torch._scaled_mm`` on the GPU); not yet measured. ``--gpu-vs-cpu`` (on the GPU
-machine, FlashInfer's process) measures it: FlashInfer's reference on the GPU against itself
-on the CPU and against the model, and every raw FP8 block product of its GPU run against the
-exact sum of the same bytes. Not run yet. On an H100 (2026-12-05, FlashInfer
-0.7.2.post1, CuTe DSL 4.7.1), 17 s: FlashInfer's kernel meets its reference on every row
-of 1, 3 and 4 (printed 0.0: below 0.00005) and misses it on the masked rows of 2 (0.90,
-0.23); the oracle is 0.05 to 0.07 from the kernel and from the model on every row, the model
-0.001 to 0.027 from the kernel.
+``flashinfer-python``) compares ``fp8_block_fi`` instead with FlashInfer's reference and
+weight transform run on the CPU, whose raw FP8 GEMM (``torch._scaled_mm``) is an exact float32
+product there. So the 0.004 to 0.027 between the recipe and the kernel on the GPU comes from
+what the GPU does that this arithmetic does not: the likeliest is the raw FP8 GEMM's
+accumulator (FlashInfer's GPU reference, which its kernel meets, runs ``torch._scaled_mm`` on
+the GPU); not yet measured. ``--gpu-vs-cpu`` (on the GPU machine, FlashInfer's process)
+measures it: FlashInfer's reference on the GPU against itself on the CPU and against
+``fp8_block_fi``, and every raw FP8 block product of its GPU run against the exact sum of the
+same bytes. Not run yet.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 
@@ -44,83 +46,24 @@ import torch
 
 from megamoe.backends.api import LayerSpec
 from megamoe.backends.flashinfer_sm90 import FP8_PULL
-from oracle.ffn import sigmoid_f32
-from oracle.formats import (
-    dequantize_fp8_rows,
-    dequantize_fp8_tiles,
-    quantize_fp8_rows,
-    quantize_fp8_tiles,
-)
 from oracle.moe_config import MoEConfig
 from tests.layer_check import layer_routes, layer_weights, oracle_output
 
 E, H, INTER, K, T, C = 8, 256, 256, 2, 4, 8
-INTERLEAVE = 8
-"""FlashInfer's gate/up interleave before its W13 tiles (``Fp8GateUpInterleave``)."""
-A2_BLOCK = 64
-"""FlashInfer's A2 block (``Fc1EpilogueStoreTileN``)."""
-
-
 def rel(got: torch.Tensor, want: torch.Tensor) -> list[float]:
     """Relative L2 of each row (docs/contract.md s8)."""
     g, w = got.float().cpu(), want.float().cpu()
     return [round(v, 4) for v in ((g - w).norm(dim=1) / w.norm(dim=1).clamp_min(1e-30)).tolist()]
 
 
-def interleave(w13: torch.Tensor) -> torch.Tensor:
-    """``[2I, H]`` gate rows then up rows -> groups of 8 gate rows and 8 up rows in turn."""
-    gate, up = w13[:INTER], w13[INTER:]
-    return torch.stack([gate.reshape(-1, INTERLEAVE, H), up.reshape(-1, INTERLEAVE, H)],
-                       1).reshape(2 * INTER, H)
+def recipe(name: str, w13_all: torch.Tensor, w2_all: torch.Tensor, x: torch.Tensor,
+           ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The oracle's rows in recipe ``name`` (early weighting, no clamp), on the CPU."""
+    spec = LayerSpec(MoEConfig(name, E, K, H, INTER), C)
+    return oracle_output(spec, w13_all, w2_all, x.cpu(), ids.cpu(), w.cpu())
 
 
-def deinterleave(w13: torch.Tensor) -> torch.Tensor:
-    v = w13.reshape(-1, 2, INTERLEAVE, H)
-    return torch.cat([v[:, 0].reshape(INTER, H), v[:, 1].reshape(INTER, H)])
-
-
-def flashinfer_recipe(w13_all: torch.Tensor, w2_all: torch.Tensor, x: torch.Tensor,
-                      ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The CPU model of FlashInfer's recipe (module docstring), early weighting, no clamp;
-    each slot's term rounded once to bf16, summed in slot order in float32 (s5, s6)."""
-    a1 = dequantize_fp8_rows(*quantize_fp8_rows(x.float().cpu()))
-    inv448 = torch.tensor(1 / 448, dtype=torch.float32)
-    out = torch.zeros(x.shape[0], H)
-    for r in range(x.shape[0]):
-        for k in range(K):
-            e = int(ids[r, k])
-            if e < 0:
-                continue
-            w13 = deinterleave(dequantize_fp8_tiles(
-                *quantize_fp8_tiles(interleave(w13_all[e].float()))))
-            w2 = dequantize_fp8_tiles(*quantize_fp8_tiles(w2_all[e].float()))
-            h1 = a1[r:r + 1] @ w13.T
-            gate, up = h1[:, :INTER], h1[:, INTER:]
-            act = (up * gate * sigmoid_f32(gate) * float(w[r, k])).view(1, -1, A2_BLOCK)
-            d = (act.abs().amax(-1) * inv448).clamp_min(1e-30).unsqueeze(-1)
-            a2 = ((act * (1.0 / d)).clamp(-448, 448).to(torch.float8_e4m3fn).float() * d)
-            out[r] += (a2.view(1, INTER) @ w2.T).to(torch.bfloat16).float()[0]
-    return out.to(torch.bfloat16)
-
-
-def flashinfer_reference(handle, x: torch.Tensor, ids: torch.Tensor,  # type: ignore[no-untyped-def]
-                         w: torch.Tensor) -> torch.Tensor:
-    """FlashInfer's own reference (blockwise, its ``deepgemm`` graph) on the layer's own
-    transformed weights; a masked slot's term is zero there."""
-    from flashinfer.moe_ep.kernel_src.sm90.pull_style_cutedsl_megakernel import (
-        compute_megamoe_reference_fp8,
-        quantize_fp8_per_token_block,
-    )
-
-    (w1, s1, _, _), (w2, s2, _, _) = handle._layer._get_transformed_weights()
-    q, sf = quantize_fp8_per_token_block(x.float(), torch.float8_e4m3fn, block_k=128)
-    terms = compute_megamoe_reference_fp8(
-        q[None], sf[None], ids.long()[None], w.float()[None], w1[None], s1[None], w2[None],
-        s2[None], torch.float8_e4m3fn, fp8_scale_mode="blockwise",
-        ref_compute_graph="deepgemm")
-    return terms[0].float().sum(1).to(torch.bfloat16)
-
-
+@functools.cache
 def _load_reference():  # type: ignore[no-untyped-def]
     """FlashInfer's ``moe_ep``, its FP8 weight transform and its reference package, from
     FlashInfer's files (``megamoe.backends.flashinfer_loader``). Where the CuTe DSL is absent
@@ -148,14 +91,21 @@ def _load_reference():  # type: ignore[no-untyped-def]
     return ep, transform, ref
 
 
-def reference_on(dev: torch.device, w13_all: torch.Tensor, w2_all: torch.Tensor,
-                 x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """FlashInfer's reference on its own weight transform (made on the CPU), run on ``dev``;
-    bf16 ``[T, H]`` on the CPU."""
-    ep, transform, ref = _load_reference()
-    (w1, s1, _, _), (w2, s2, _, _) = transform.preprocess_mega_weights(
+def cpu_transform(w13_all: torch.Tensor, w2_all: torch.Tensor):  # type: ignore[no-untyped-def]
+    """FlashInfer's blockwise FP8 weight transform of the bf16 weights, run on the CPU (what
+    ``MoEEpLayer._get_transformed_weights`` returns for this backend)."""
+    ep, transform, _ = _load_reference()
+    return transform.preprocess_mega_weights(
         ep.MoEWeightPack(w13_all.cpu(), w2_all.cpu()), intermediate_size=INTER, hidden_size=H,
         kind="fp8_e4m3", fp8_scale_mode="blockwise")
+
+
+def reference(dev: torch.device, transformed, x: torch.Tensor, ids: torch.Tensor,  # type: ignore[no-untyped-def]
+              w: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's own reference (blockwise, its ``deepgemm`` graph) on ``transformed``
+    weights, run on ``dev``; a masked slot's term is zero there. bf16 ``[T, H]`` on the CPU."""
+    _, _, ref = _load_reference()
+    (w1, s1, _, _), (w2, s2, _, _) = transformed
     w1, s1, w2, s2 = (v.to(dev) for v in (w1, s1, w2, s2))
     q, sf = ref.quantize_fp8_per_token_block(x.to(dev).float(), torch.float8_e4m3fn,
                                              block_k=128)
@@ -167,17 +117,18 @@ def reference_on(dev: torch.device, w13_all: torch.Tensor, w2_all: torch.Tensor,
 
 
 def main_cpu() -> None:
-    """``--cpu`` (module docstring): the model against FlashInfer's CPU reference."""
+    """``--cpu`` (module docstring): ``fp8_block_fi`` against FlashInfer's CPU reference."""
     cpu = torch.device("cpu")
     w13_all, w2_all = layer_weights(0, E, H, INTER)
+    transformed = cpu_transform(w13_all, w2_all)
     for t in (T, 64):
         x, ids, w = layer_routes(1, t, num_experts=E, top_k=K, hidden=H, mask_p=0.0,
                                  device=cpu, id_dtype=torch.int32)
-        model = flashinfer_recipe(w13_all, w2_all, x, ids, w)
-        ref = reference_on(cpu, w13_all, w2_all, x, ids, w)
-        differ = int((model.view(torch.int16) != ref.view(torch.int16)).sum())
-        print(f"T = {t}: model vs FlashInfer's CPU reference: {differ} of {ref.numel()} "
-              f"elements differ; worst row {max(rel(model, ref)):.2e}", flush=True)
+        fi = recipe("fp8_block_fi", w13_all, w2_all, x, ids, w)
+        ref = reference(cpu, transformed, x, ids, w)
+        differ = int((fi.view(torch.int16) != ref.view(torch.int16)).sum())
+        print(f"T = {t}: fp8_block_fi vs FlashInfer's CPU reference: {differ} of {ref.numel()} "
+              f"elements differ; worst row {max(rel(fi, ref)):.2e}", flush=True)
 
 
 def main_gpu_vs_cpu() -> None:
@@ -197,15 +148,16 @@ def main_gpu_vs_cpu() -> None:
     torch._scaled_mm = recording
     try:
         w13_all, w2_all = layer_weights(0, E, H, INTER)
+        transformed = cpu_transform(w13_all, w2_all)
         for t in (T, 64):
             x, ids, w = layer_routes(1, t, num_experts=E, top_k=K, hidden=H, mask_p=0.0,
                                      device=cpu, id_dtype=torch.int32)
-            on_gpu = reference_on(dev, w13_all, w2_all, x, ids, w)
-            on_cpu = reference_on(cpu, w13_all, w2_all, x, ids, w)
-            model = flashinfer_recipe(w13_all, w2_all, x, ids, w)
+            on_gpu = reference(dev, transformed, x, ids, w)
+            on_cpu = reference(cpu, transformed, x, ids, w)
+            fi = recipe("fp8_block_fi", w13_all, w2_all, x, ids, w)
             print(f"T = {t}: reference GPU vs CPU, worst row {max(rel(on_gpu, on_cpu)):.2e}; "
-                  f"model vs GPU reference {max(rel(model, on_gpu)):.2e}, vs CPU reference "
-                  f"{max(rel(model, on_cpu)):.2e}", flush=True)
+                  f"fp8_block_fi vs GPU reference {max(rel(fi, on_gpu)):.2e}, vs CPU reference "
+                  f"{max(rel(fi, on_cpu)):.2e}", flush=True)
     finally:
         torch._scaled_mm = scaled_mm
     differ = total = 0
@@ -231,7 +183,7 @@ def main() -> None:
     os.environ.setdefault("MEGA_NO_DIST", "1")
     dev = torch.device("cuda:0")
     w13_all, w2_all = layer_weights(0, E, H, INTER)
-    spec = LayerSpec(MoEConfig("fp8_block", E, K, H, INTER), C)
+    spec = LayerSpec(MoEConfig("fp8_block_fi", E, K, H, INTER), C)
 
     def batch(seed: int, masked: tuple[tuple[int, int], ...] = ()):  # type: ignore[no-untyped-def]
         x, ids, w = layer_routes(seed, T, num_experts=E, top_k=K, hidden=H, mask_p=0.0,
@@ -241,14 +193,14 @@ def main() -> None:
         return x, ids, w
 
     def report(tag: str, handle, x, ids, w, out) -> None:  # type: ignore[no-untyped-def]
-        oracle = oracle_output(spec, w13_all, w2_all, x, ids, w)
-        model = flashinfer_recipe(w13_all, w2_all, x, ids, w)
+        block = recipe("fp8_block", w13_all, w2_all, x, ids, w)
+        fi = recipe("fp8_block_fi", w13_all, w2_all, x, ids, w)
         print(f"{tag:26s}",
-              "kernel-vs-its-reference", _or_error(lambda: rel(out, flashinfer_reference(
-                  handle, x, ids, w))),
-              "| kernel-vs-oracle", _or_error(lambda: rel(out, oracle)),
-              "| model-vs-oracle", _or_error(lambda: rel(model, oracle)),
-              "| kernel-vs-model", _or_error(lambda: rel(out, model)), flush=True)
+              "kernel-vs-its-reference", _or_error(lambda: rel(out, reference(
+                  dev, handle._layer._get_transformed_weights(), x, ids, w))),
+              "| kernel-vs-fp8_block", _or_error(lambda: rel(out, block)),
+              "| fp8_block_fi-vs-fp8_block", _or_error(lambda: rel(fi, block)),
+              "| kernel-vs-fp8_block_fi", _or_error(lambda: rel(out, fi)), flush=True)
 
     layer = FP8_PULL.build(spec, w13_all, w2_all, device=dev)
     xa, ia, wa = batch(1)

@@ -179,35 +179,20 @@ def test_the_fp8_pull_runs_one_rank_in_flashinfers_single_rank_mode(
     assert seen == [no_dist]
 
 
-def test_flashinfer_fp8_recipe_model_misses_s12_by_more_than_its_tolerance() -> None:
-    """docs/conformance.md (the FP8 pull): the CPU model of FlashInfer's recipe that
-    ``devtools/flashinfer_fp8_probe.py`` compares on the GPU (W13 tiles over the 8-row gate/up
-    interleave, A2 in 1 x 64 blocks) is 0.05 to 0.07 from the oracle's ``fp8_block`` on every
-    row of its dense batch, beyond the s8 tolerance of 0.02: the two recipes cannot meet. Its
-    interleave is a permutation of W13's rows, and with the interleave undone and A2 in
-    1 x 128 blocks the model's own arithmetic meets the oracle within it."""
+def test_flashinfer_fp8_recipe_misses_fp8_block_by_more_than_its_tolerance() -> None:
+    """docs/conformance.md (the FP8 pull): on the batch ``devtools/flashinfer_fp8_probe.py``
+    runs, the oracle's ``fp8_block_fi`` (FlashInfer's recipe) is 0.04 to 0.08 from its
+    ``fp8_block`` on every row, beyond the s8 tolerance of 0.02: a layer of one recipe cannot
+    meet the other. (Each of ``fp8_block_fi``'s rules is pinned on its own in
+    ``test_fp8_block_fi_recipe.py``.)"""
     from devtools import flashinfer_fp8_probe as probe
     from oracle.recipes import get_recipe
-    from tests.layer_check import layer_routes, layer_weights, oracle_output
+    from tests.layer_check import layer_routes, layer_weights
 
-    w = torch.randn(2 * probe.INTER, probe.H)
-    assert torch.equal(probe.deinterleave(probe.interleave(w)), w)
-    assert not torch.equal(probe.interleave(w), w)
     w13, w2 = layer_weights(0, probe.E, probe.H, probe.INTER)
-    spec = LayerSpec(MoEConfig("fp8_block", probe.E, probe.K, probe.H, probe.INTER), probe.C)
     x, ids, s = layer_routes(1, probe.T, num_experts=probe.E, top_k=probe.K, hidden=probe.H,
                              mask_p=0.0, device=torch.device("cpu"), id_dtype=torch.int32)
-    oracle = oracle_output(spec, w13, w2, x, ids, s)
-    tol = get_recipe("fp8_block").rel_l2_tolerance
-    assert all(0.04 < d < 0.08 for d in probe.rel(probe.flashinfer_recipe(w13, w2, x, ids, s),
-                                                  oracle))
-    fi = oracle_output(LayerSpec(MoEConfig("fp8_block_fi", probe.E, probe.K, probe.H,
-                                           probe.INTER), probe.C), w13, w2, x, ids, s)
-    assert torch.equal(probe.flashinfer_recipe(w13, w2, x, ids, s).view(torch.int16),
-                       fi.view(torch.int16))  # the probe's model is the oracle's fp8_block_fi
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(probe, "interleave", lambda m: m)
-        mp.setattr(probe, "deinterleave", lambda m: m)
-        mp.setattr(probe, "A2_BLOCK", 128)
-        near = probe.rel(probe.flashinfer_recipe(w13, w2, x, ids, s), oracle)
-    assert all(d < tol for d in near), near
+    block = probe.recipe("fp8_block", w13, w2, x, ids, s)
+    apart = probe.rel(probe.recipe("fp8_block_fi", w13, w2, x, ids, s), block)
+    assert get_recipe("fp8_block").rel_l2_tolerance == 0.02
+    assert len(apart) == probe.T and all(0.04 < d < 0.08 for d in apart), apart
