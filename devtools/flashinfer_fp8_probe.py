@@ -100,7 +100,7 @@ def cpu_transform(w13_all: torch.Tensor, w2_all: torch.Tensor):  # type: ignore[
         kind="fp8_e4m3", fp8_scale_mode="blockwise")
 
 
-def reference(dev: torch.device, transformed, x: torch.Tensor, ids: torch.Tensor,  # type: ignore[no-untyped-def]
+def reference(dev: torch.device, transformed: tuple, x: torch.Tensor, ids: torch.Tensor,
               w: torch.Tensor) -> torch.Tensor:
     """FlashInfer's own reference (blockwise, its ``deepgemm`` graph) on ``transformed``
     weights, run on ``dev``; a masked slot's term is zero there. bf16 ``[T, H]`` on the CPU."""

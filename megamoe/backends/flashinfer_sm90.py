@@ -9,11 +9,11 @@ settings are FlashInfer's defaults. Its recipe is ``fp8_block_fi`` (docs/contrac
 W13 tiles over gate and up rows alternating in groups of 8, A2 in 1 x 64 blocks with
 ``x * (1/d)``), which it declares first; it also declares ``fp8_block``, the DeepSeek-V3 recipe
 it is often taken for, so that the suites show how far it is from that one (0.05 to 0.12 per
-row, beyond section 8's 0.02: docs/conformance.md). Both build the same layer. At EP1 it runs in FlashInfer's single-rank
-mode, ``MEGA_NO_DIST=1`` (plain CUDA buffers instead of an NVSHMEM symmetric heap, no
-``torch.distributed`` group): without it the backend needs nvshmem4py even for one rank. The
-adapter sets it in this process when it builds a layer, and it stays set, because FlashInfer
-reads it again when it runs and frees the layer.
+row, beyond section 8's 0.02: docs/conformance.md). Both build the same layer. At EP1 it
+runs in FlashInfer's single-rank mode, ``MEGA_NO_DIST=1`` (plain CUDA buffers instead of an
+NVSHMEM symmetric heap, no ``torch.distributed`` group): without it the backend needs
+nvshmem4py even for one rank. The adapter sets it in this process when it builds a layer, and
+it stays set, because FlashInfer reads it again when it runs and frees the layer.
 
 ``flashinfer-sm90-cake``: ``bf16_bf16_bf16_push_cake``, recipe ``bf16``. It applies the score in
 the combine (``per_route`` wire: each route's bf16 term times its score, rounded to bf16;

@@ -95,8 +95,9 @@ def backend_layer(backend: str, weighting: str, recipe: str = "bf16") -> Builder
         want = moe_forward(x[:n], *reference_routes(ids[:n], w[:n], w13, w2, cfg))
         del w13, w2
         if ctx.device.type == "cuda":  # what an arm holds, for a run that ends out of memory
-            print(f"{backend} {case.name}: built, {torch.cuda.memory_allocated(ctx.device) / 2**30:.1f}"
-                  " GiB allocated in this process", file=sys.stderr)
+            held = torch.cuda.memory_allocated(ctx.device) / 2**30
+            print(f"{backend} {case.name}: built, {held:.1f} GiB allocated in this process",
+                  file=sys.stderr)
 
         def check() -> None:
             report = compare_rows(handle.forward(x, ids, w)[:n], want, ids[:n], recipe)

@@ -38,8 +38,9 @@ class _State:
 
 
 def _build(state: _State, req: dict[str, Any]) -> dict[str, Any]:
-    module, _, attr = req["builder"].partition(":")
-    builder = getattr(importlib.import_module(module), attr)
+    module_name, _, attr = req["builder"].partition(":")
+    module = importlib.import_module(module_name)
+    builder = getattr(module, attr)
     case_args = dict(req["case"])
     case_args["caches"] = tuple(case_args["caches"])
     case = Case(**case_args)
@@ -48,7 +49,7 @@ def _build(state: _State, req: dict[str, Any]) -> dict[str, Any]:
     state.backend = default_backend("cuda" if device.type == "cuda" else "cpu", device.index)
     w = builder(case, BuildContext(device, **ctx_args))
     state.workload = w
-    after = getattr(importlib.import_module(module), "after_build", None)
+    after = getattr(module, "after_build", None)
     if after is not None:
         after()
     return {"bytes_moved": w.bytes_moved, "flops": w.flops, "bytes_sent": w.bytes_sent,

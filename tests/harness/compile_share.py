@@ -195,8 +195,8 @@ def shared_compiles(enabled: bool) -> Iterator[Path | None]:
     started from here shares its compiles through a new empty directory
     (``$MEGAMOE_SHARE_COMPILES``, ``$CUTE_DSL_CACHE_DIR``), made outside the run's output
     directory (a compiled module holds its cubins: the run's log archive must not carry them);
-    afterwards the directory is removed and the environment restored. Yields the directory, or None when not
-    ``enabled`` (nothing changes)."""
+    afterwards the directory is removed and the environment restored. Yields the directory,
+    or None when not ``enabled`` (nothing changes)."""
     if not enabled:
         yield None
         return

@@ -101,6 +101,24 @@ def parse_many(paths: Iterable[Path]) -> JUnitCounts:
     return total
 
 
+def collection_errors(path: Path) -> tuple[list[str], bool]:
+    """The modules of one report that failed to collect (each with its error's last line),
+    and whether any test itself failed or errored; no report: ``([], False)``. A collection
+    error is a broken run, not a test's verdict (``tests.harness.mutants``: found on an H100,
+    2026-12-05, an ``ImportError`` under ``-x`` exited 1 and read as a kill)."""
+    if not path.is_file():
+        return [], False
+    bad, failed = [], False
+    for case in ET.parse(path).getroot().iter("testcase"):
+        for el in (*case.findall("failure"), *case.findall("error")):
+            if (el.get("message") or "").startswith("collection failure"):
+                lines = (el.text or "").strip().splitlines()
+                bad.append(f"{case.get('name', '')}: {lines[-1] if lines else ''}"[:300])
+            else:
+                failed = True
+    return bad, failed
+
+
 def case_ids(path: Path) -> list[str]:
     """The ids of the testcases of one report, in report order."""
     return [case_id(case) for case in ET.parse(path).getroot().iter("testcase")]

@@ -38,11 +38,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tests.harness.junit import collection_errors
 from tests.harness.runner import TIMEOUT_EXIT, run_process
 from tests.suites import SUITES
 
@@ -231,25 +231,6 @@ def copy_env(copy: Path, root: Path) -> dict[str, str]:
     kept = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep)
             if e and Path(e).resolve() != root.resolve()]
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), *kept])}
-
-
-def collection_errors(report: Path) -> tuple[list[str], bool]:
-    """From a pytest JUnit report: the modules that failed to collect (first line of each),
-    and whether any test itself failed or errored. A collection error is a broken run, not a
-    kill (found on an H100, 2026-12-05: an ``ImportError`` under ``-x`` exited 1 and read as
-    *killed*)."""
-    if not report.is_file():
-        return [], False
-    bad, failed = [], False
-    for case in ET.parse(report).getroot().iter("testcase"):
-        for tag in ("failure", "error"):
-            for el in case.findall(tag):
-                if (el.get("message") or "").startswith("collection failure"):
-                    lines = (el.text or "").strip().splitlines()
-                    bad.append(f"{case.get('name', '')}: {lines[-1] if lines else ''}"[:300])
-                else:
-                    failed = True
-    return bad, failed
 
 
 def _imports_from_copy(python: str, copy: Path, root: Path) -> str:

@@ -1,7 +1,8 @@
 """Backends for the host tests of the backend interface (``test_backends.py``,
 ``test_bench_backend_layer.py``): a toy that declares one recipe and no CPU support, and our
 layer with a planted bug behind the interface (an id of -1 read as the last expert, ``0 * NaN``
-in the combine, the score never applied, masked slots that add what an earlier forward left). Named ``package.module:attribute``, as a user names their own backend."""
+in the combine, the score never applied, masked slots that add what an earlier forward left).
+Named ``package.module:attribute``, as a user names their own backend."""
 
 from __future__ import annotations
 

@@ -23,10 +23,9 @@ the cake (about 145 s on the H200), inside the request bound.
 
 Cases: the ``layer`` benchmark's DeepSeek-like ones (H = 7168, I = 2048, E = 256, K = 8; T = 1
 to 4096, uniform and skewed routes), and the same with E = 32 (``dsrank-*``: one rank's experts
-at EP8; the whole layer's weights in two processes need more than an H100's 80 GB). The
+at EP8, small beside the whole layer's 21 GiB of weights a process: docs/perf.md). The
 gpt-oss-like shape is not among them: the cake takes H a multiple of 256 and the pull backend
-multiples of 128, and 2880 is neither. ``--quick``
-keeps T in {1, 16, 256, 4096}.
+multiples of 128, and 2880 is neither. ``--quick`` keeps T in {1, 16, 256, 4096}.
 """
 
 from __future__ import annotations
