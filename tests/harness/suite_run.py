@@ -11,7 +11,8 @@ tool.
 workers, then those marked ``timing`` or ``alone`` in one process (``<suite>.parallel.*``,
 ``<suite>.alone.*``); the suite passes only when both phases do, its counts
 are their sum, and one neighbour watch covers both (the workers are the
-suite's own descendants, not neighbours); with ``--sanitizers-beside`` the sanitizer tools
+suite's own descendants, not neighbours), each worker with its share of the CPU cores as
+its thread count (``worker_env``); with ``--sanitizers-beside`` the sanitizer tools
 run beside the xdist phase and the watch covers the one-process phase only.
 
 Every pytest suite's record (each rank's in ``multi``) carries ``time_profile``
@@ -160,6 +161,34 @@ ONE_PROCESS = f"({TIMING_MARK} or {ALONE_MARK})"
 """The tests ``run_split`` runs after the xdist phase, in one process."""
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""What sets an xdist worker's CPU threads (torch's intra-op pool reads ``OMP_NUM_THREADS``)."""
+
+
+def worker_threads(workers: int, cpus: int | None = None) -> int:
+    """CPU threads per xdist worker: the machine's cores shared out among the workers, at
+    least one. Each worker's torch otherwise takes a thread per core for every CPU op (the
+    oracle's reference rows, the checks), twelve workers on sixteen cores 192 threads."""
+    cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+    return max(1, cpus // max(1, workers))
+
+
+def worker_env(env: dict[str, str] | None, workers: int,
+               cpus: int | None = None) -> dict[str, str]:
+    """``env`` with ``THREAD_VARIABLES`` at ``worker_threads`` for the xdist phase, unless the
+    caller's environment (or ``env``) already sets one of them: then theirs stands."""
+    env = dict(env or {})
+    if any(v in os.environ or v in env for v in THREAD_VARIABLES):
+        return env
+    n = str(worker_threads(workers, cpus))
+    return {**env, **dict.fromkeys(THREAD_VARIABLES, n)}
+
+
+def _in_effect(env: dict[str, str]) -> str | None:
+    """The xdist phase's ``OMP_NUM_THREADS`` (its env over the caller's), for the record."""
+    return env.get(THREAD_VARIABLES[0], os.environ.get(THREAD_VARIABLES[0]))
+
+
 def run_pytest_suite(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
                      label: str | None = None) -> SuiteRun:
     """A plain pytest suite: one process, one JUnit report, strict verdict (``run_split``
@@ -223,16 +252,17 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
         left = None if ctx.timeout is None else max(MIN_SUITE_TIMEOUT_S, ctx.timeout - spent)
         sub = within_budget(dataclasses.replace(ctx, timeout=left, workers=1, beside=None))
         phase = _phase(suite, mark, extra)
+        phase_env = worker_env(env, ctx.workers) if name == "parallel" else env
         if name == "parallel" and ctx.beside is not None:
             with ThreadPoolExecutor(max_workers=1) as pool:
                 neighbours = pool.submit(ctx.beside)
-                runs.append(run_pytest_suite(phase, sub, env, f"{label}.{name}"))
+                runs.append(run_pytest_suite(phase, sub, phase_env, f"{label}.{name}"))
                 t1 = time.monotonic()
                 neighbours.result()
                 waited = time.monotonic() - t1
             watch = _watch(suite, ctx)
         else:
-            runs.append(run_pytest_suite(phase, sub, env, f"{label}.{name}"))
+            runs.append(run_pytest_suite(phase, sub, phase_env, f"{label}.{name}"))
         if runs[-1].timed_out:
             break
     empty = [r.returncode == PYTEST_NO_TESTS_COLLECTED and (r.counts or {}).get("tests", 0) == 0
@@ -256,6 +286,7 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
         message += "; strict: no phase selected any test"
     details = {**(env or {}), "workers": ctx.workers, "sanitizers_beside": bool(ctx.beside),
                "waited_for_beside_s": round(waited, 3),
+               "worker_cpu_threads": _in_effect(worker_env(env, ctx.workers)),
                "phases": [{"phase": f"{label}.{n}", "status": "empty" if e else r.status,
                            "message": note, "counts": r.counts, "duration_s": r.duration_s}
                           for n, r, e, note in zip(names, runs, empty, notes, strict=False)],

@@ -15,7 +15,13 @@ import pytest
 
 from tests.harness.gpu_neighbours import NeighbourReport
 from tests.harness.qualify_main import main
-from tests.harness.suite_run import RunContext, run_split
+from tests.harness.suite_run import (
+    THREAD_VARIABLES,
+    RunContext,
+    run_split,
+    worker_env,
+    worker_threads,
+)
 from tests.host.test_gpu_neighbours import StubWatch
 from tests.suites import Suite
 
@@ -186,3 +192,48 @@ def test_work_beside_the_xdist_phase_starts_with_it_and_the_timing_phase_waits_f
     assert ran["timed"] >= marks["end"] and ran["alone"] >= marks["end"]  # they waited for it
     assert len(watches) == 1 and watches[0] >= max(ran[t] for t in "abc")  # watch: last phase
     assert run["gpu_neighbours"]["available"] is True
+
+
+THREADS = '''\
+import os, pathlib, pytest
+def _note(name):
+    (pathlib.Path(os.environ["WHERE_DIR"]) / name).write_text(os.environ.get("OMP_NUM_THREADS", "unset"))
+def test_worker_a(): _note("worker_a")
+def test_worker_b(): _note("worker_b")
+@pytest.mark.timing
+def test_timed(): _note("timed")
+'''
+
+
+@pytest.mark.parametrize("workers, cpus, want", [(12, 16, 1), (2, 16, 8), (4, 2, 1), (1, 3, 3)])
+def test_each_worker_gets_its_share_of_the_cores(workers, cpus, want) -> None:
+    assert worker_threads(workers, cpus) == want
+
+
+def test_the_xdist_workers_share_the_cores_and_the_one_process_phase_keeps_them_all(
+        tmp_path, monkeypatch) -> None:
+    """Twelve workers of torch's default pool each (a thread per core) oversubscribe the
+    machine: the xdist phase's processes see ``OMP_NUM_THREADS`` at their share, the
+    timing phase (alone on the machine) sees the caller's environment, and the record says
+    what the workers had."""
+    for v in THREAD_VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    root = throwaway_tree(tmp_path, monkeypatch, {"test_threads.py": THREADS})
+    (tmp_path / "where").mkdir()
+    monkeypatch.setenv("WHERE_DIR", str(tmp_path / "where"))
+    rc, rec = _qualify(root, "--workers", "2")
+    suite = rec["suites"][0]
+    assert rc == 0 and suite["status"] == "pass", suite["message"]
+    share = str(worker_threads(2))
+    seen = _where(root)
+    assert seen["worker_a"] == seen["worker_b"] == share
+    assert seen["timed"] == "unset"
+    assert suite["worker_cpu_threads"] == share
+
+
+def test_a_thread_count_the_caller_sets_stands(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert worker_env({"X": "1"}, 12, 16) == {"X": "1"}
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert worker_env({"OMP_NUM_THREADS": "5"}, 12, 16) == {"OMP_NUM_THREADS": "5"}
+    assert worker_env(None, 12, 16) == dict.fromkeys(THREAD_VARIABLES, "1")
