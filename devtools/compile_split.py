@@ -1,0 +1,85 @@
+"""How much of a kernel's compile is the trace (issue 40 item 11): each of the compile gate's
+builders (``tests.harness.compile_gate``) lowered offline, with the wall time spent in the
+DSL's ``BaseDSL.generate_original_ir`` (running the kernel's Python to build its MLIR) beside
+the whole compile up to the cubin.
+
+    python -m devtools.compile_split [--count N] [--seed S] [--match TEXT]
+
+Run it from the repository root on any machine with the CuTe DSL (no GPU): it sets the gate's
+environment (``gate_environment``) and re-runs itself, since the DSL reads its environment
+once. ``--count`` builders of a seeded shuffle (the sanitizer self-tests left out), or those
+whose name holds ``--match``. The shared compile cache of ``qualify.py --share-compiles``
+saves only the part that is not the trace (docs/engineering-notes.md "Qualification time")."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHILD_ENV = "MEGAMOE_COMPILE_SPLIT_CHILD"
+
+
+def _measure(args: argparse.Namespace, dump_dir: Path) -> int:
+    from cutlass.base_dsl import dsl
+
+    from tests.harness.compile_gate import compile_one, gate_builders
+
+    traced = [0.0]
+    original = dsl.BaseDSL.generate_original_ir
+
+    def timed(self, *a, **k):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        try:
+            return original(self, *a, **k)
+        finally:
+            traced[0] += time.perf_counter() - t0
+
+    dsl.BaseDSL.generate_original_ir = timed  # type: ignore[method-assign]
+    builders = gate_builders()
+    names = [n for n in sorted(builders) if not n.startswith("sanitizer")]
+    if args.match:
+        names = [n for n in names if args.match in n]
+    else:
+        random.Random(args.seed).shuffle(names)
+        names = names[:args.count]
+    total = trace = 0.0
+    print("| kernel | compile s | trace s |\n|---|---|---|")
+    for name in names:
+        traced[0] = 0.0
+        t0 = time.perf_counter()
+        result = compile_one(name, builders[name], dump_dir)
+        took = time.perf_counter() - t0
+        if not result.ok:
+            print(f"{name}: {result.message}", file=sys.stderr)
+            return 1
+        total, trace = total + took, trace + traced[0]
+        print(f"| `{name}` | {took:.2f} | {traced[0]:.2f} |")
+    share = 100 * trace / total if total else 0.0
+    print(f"\n{len(names)} kernels: compile {total:.1f} s, trace {trace:.1f} s ({share:.0f} %)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--count", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--match", default="")
+    args = ap.parse_args(argv)
+    if os.environ.get(CHILD_ENV):
+        return _measure(args, Path(os.environ[CHILD_ENV]))
+    from tests.harness.compile_gate import gate_environment
+
+    with tempfile.TemporaryDirectory(prefix="compile-split-") as tmp:
+        env = {**os.environ, **gate_environment(Path(tmp)), CHILD_ENV: tmp}
+        cmd = [sys.executable, "-m", "devtools.compile_split", *(argv or sys.argv[1:])]
+        return subprocess.run(cmd, env=env, check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
