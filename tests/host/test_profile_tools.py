@@ -4,6 +4,8 @@ kernel's compile, offline)."""
 
 from __future__ import annotations
 
+import cProfile
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -30,21 +32,40 @@ def test_a_function_is_counted_under_its_package(filename, package) -> None:
     assert package_of(filename) == package
 
 
-def test_the_report_splits_a_selection_by_package(tmp_path: Path, capsys) -> None:
-    """A throwaway test, in a folder named ``oracle``, that spends its time in a loop of its
-    own: the report puts most of the profiled time under ``oracle``."""
-    folder = tmp_path / "oracle"
-    folder.mkdir()
-    (folder / "test_busy.py").write_text(
-        "def spin():\n    s = 0\n    for i in range(3_000_000):\n        s += i\n    return s\n"
-        "def test_spin():\n    assert spin() > 0\n")
+def _spin_from(folder: Path):  # type: ignore[no-untyped-def]
+    """A busy loop defined in a file of ``folder`` (loaded under a name of its own)."""
+    path = folder / "busy.py"
+    path.write_text("def spin(n):\n    s = 0\n    for i in range(n):\n        s += i\n    return s\n")
+    spec = importlib.util.spec_from_file_location("megamoe_profile_busy", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.spin
+
+
+def test_the_report_puts_a_busy_loop_under_its_package(tmp_path: Path) -> None:
+    """A loop in a file under a folder named ``oracle`` is most of a profile of it: the
+    report's table puts that time under ``oracle``."""
+    (tmp_path / "oracle").mkdir()
+    spin = _spin_from(tmp_path / "oracle")
+    prof = cProfile.Profile()
+    prof.runcall(spin, 5_000_000)
+    rows = _table(profile_tests.report(prof, 3))
+    assert rows["oracle"] >= 0.9 * sum(rows.values()), rows
+
+
+def test_main_runs_a_selection_and_writes_the_report(tmp_path: Path) -> None:
+    (tmp_path / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
     out = tmp_path / "report.md"
-    rc = profile_tests.main(["--top", "3", "--output", str(out), "--", "-q",
-                             str(folder / "test_busy.py")])
-    assert rc == 0
-    rows = {line.split("|")[1].strip(): float(line.split("|")[2])
-            for line in out.read_text().splitlines() if line.startswith("| ") and "own s" not in line}
-    assert rows["oracle"] == max(rows.values()), rows
+    assert profile_tests.main(["--top", "3", "--output", str(out), "--", "-q",
+                               str(tmp_path / "test_one.py")]) == 0
+    assert "| package | own s | share |" in out.read_text()
+    (tmp_path / "test_two.py").write_text("def test_two():\n    assert 1 + 1 == 3\n")
+    assert profile_tests.main(["--", "-q", str(tmp_path / "test_two.py")]) == 1  # its rc
+
+
+def _table(text: str) -> dict[str, float]:
+    return {line.split("|")[1].strip(): float(line.split("|")[2])
+            for line in text.splitlines() if line.startswith("| ") and "own s" not in line}
 
 
 def test_the_compile_split_times_a_kernel_and_its_trace() -> None:
