@@ -47,7 +47,8 @@
 # cases, the other three finished inside it).
 # single and gpu pass --share-compiles (each kernel lowered once in the run; the record says
 # so; docs/qualification.md): the whole single in three shards passed with it on an H100 in
-# 662 s against 717 s (2026-12-05). MEGAMOE_SHARE_COMPILES=0 leaves it off.
+# 662 s against 717 s (2026-12-05); with each xdist worker at its share of the cores
+# (qualify.py --workers, 2026-12-06) in 334 s. MEGAMOE_SHARE_COMPILES=0 leaves it off.
 # MEGAMOE_QUALIFY_EXTRA: options added to every qualify.py run of the call, e.g.
 # `MEGAMOE_QUALIFY_EXTRA=--group-compiles bash devtools/device_qualify.sh single 1/3`.
 # Every qualify.py run gets --wall-budget: what is left until MEGAMOE_CALL_END (epoch seconds;
