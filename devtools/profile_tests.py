@@ -49,11 +49,11 @@ def own_time_by_package(stats: pstats.Stats) -> dict[str, float]:
 
 def report(prof: cProfile.Profile, top: int) -> str:
     """The per-package table and the ``top`` functions by own and by cumulative time."""
-    stats = pstats.Stats(prof)
-    total = sum(own_time_by_package(stats).values())
+    by_package = own_time_by_package(pstats.Stats(prof))
+    total = sum(by_package.values())
     lines = [f"profiled: {total:.1f} s of own time", "", "| package | own s | share |",
              "|---|---|---|"]
-    for name, s in own_time_by_package(stats).items():
+    for name, s in by_package.items():
         lines.append(f"| {name} | {s:.1f} | {100 * s / max(total, 1e-9):.1f} % |")
     for key in ("tottime", "cumulative"):
         buf = io.StringIO()
