@@ -43,9 +43,9 @@ def _quantize_blocks(blocks: torch.Tensor,
     """float32 ``blocks [..., n]`` (one block per last-dim row) -> (E4M3 payload ``[..., n]``,
     float32 ``d [...]``); ``reciprocal``: ``x * float32(1 / d)`` instead of ``x / d``."""
     amax = blocks.abs().amax(dim=-1) if blocks.shape[-1] else blocks.new_zeros(blocks.shape[:-1])
-    d = fp8_block_scale(amax).unsqueeze(-1)
-    scaled = blocks * (1.0 / d) if reciprocal else blocks / d
-    d = d.squeeze(-1)
+    d = fp8_block_scale(amax)
+    per_element = d.unsqueeze(-1)
+    scaled = blocks * (1.0 / per_element) if reciprocal else blocks / per_element
     grid = round_to_grid_(scaled, E4M3)
     payload = grid.to(torch.float8_e4m3fn).view(torch.uint8)
     bad = ~torch.isfinite(amax)

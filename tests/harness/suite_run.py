@@ -244,6 +244,7 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
     waited = 0.0
     runs: list[SuiteRun] = []
     grouped = DIST_ARGS if ctx.group_compiles else ()
+    parallel_env = worker_env(env, ctx.workers)
     phases = (("parallel", f"not {ONE_PROCESS}", ("-n", str(ctx.workers), *grouped)),
               ("alone", ONE_PROCESS, ()))
     names = tuple(name for name, _, _ in phases)
@@ -252,7 +253,7 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
         left = None if ctx.timeout is None else max(MIN_SUITE_TIMEOUT_S, ctx.timeout - spent)
         sub = within_budget(dataclasses.replace(ctx, timeout=left, workers=1, beside=None))
         phase = _phase(suite, mark, extra)
-        phase_env = worker_env(env, ctx.workers) if name == "parallel" else env
+        phase_env = parallel_env if name == "parallel" else env
         if name == "parallel" and ctx.beside is not None:
             with ThreadPoolExecutor(max_workers=1) as pool:
                 neighbours = pool.submit(ctx.beside)
@@ -286,7 +287,7 @@ def run_split(suite: Suite, ctx: RunContext, env: dict[str, str] | None = None,
         message += "; strict: no phase selected any test"
     details = {**(env or {}), "workers": ctx.workers, "sanitizers_beside": bool(ctx.beside),
                "waited_for_beside_s": round(waited, 3),
-               "worker_cpu_threads": _in_effect(worker_env(env, ctx.workers)),
+               "worker_cpu_threads": _in_effect(parallel_env),
                "phases": [{"phase": f"{label}.{n}", "status": "empty" if e else r.status,
                            "message": note, "counts": r.counts, "duration_s": r.duration_s}
                           for n, r, e, note in zip(names, runs, empty, notes, strict=False)],

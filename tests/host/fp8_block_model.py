@@ -24,6 +24,22 @@ def e4m3(q: np.ndarray) -> np.ndarray:
     return q.astype(ml_dtypes.float8_e4m3fn).astype(F32)
 
 
+def rows_roundtrip(x: np.ndarray, block: int = 128, reciprocal: bool = False) -> np.ndarray:
+    """FP8 rows in blocks of ``block`` columns, quantized and dequantized:
+    ``f32(e4m3(x / d)) * d``, or ``f32(e4m3(x * f32(1 / d))) * d`` with ``reciprocal``."""
+    b = x.reshape(x.shape[0], -1, block).astype(F32)
+    d = block_d(np.abs(b).max(axis=2))[..., None]
+    q = b * (F32(1.0) / d) if reciprocal else b / d
+    return (e4m3(q) * d).reshape(x.shape)
+
+
+def tile_roundtrip(w: np.ndarray) -> np.ndarray:
+    """One weight tile (any rows of one 128 x 128 scale), quantized and dequantized with its
+    single scale."""
+    d = block_d(np.abs(w).max())
+    return e4m3(w.astype(F32) / d) * d
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(F32)
 

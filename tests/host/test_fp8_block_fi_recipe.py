@@ -20,7 +20,13 @@ from oracle.formats import (
     quantize_fp8_rows,
     quantize_fp8_tiles,
 )
-from tests.host.fp8_block_model import F32, block_d, e4m3, one_expert_case, sigmoid
+from tests.host.fp8_block_model import (
+    F32,
+    one_expert_case,
+    rows_roundtrip,
+    sigmoid,
+    tile_roundtrip,
+)
 
 H = 128
 INTER = 128
@@ -29,31 +35,17 @@ SEEDS = (0, 1, 2, 13)
 event: 3 of the first 60 seeds)."""
 
 
-_d, _e4m3, _sigmoid = block_d, e4m3, sigmoid
-
-
-def _rows(x: np.ndarray, block: int, reciprocal: bool) -> np.ndarray:
-    """FP8 rows in blocks of ``block``, quantized and dequantized."""
-    b = x.reshape(x.shape[0], -1, block).astype(F32)
-    d = _d(np.abs(b).max(axis=2))[..., None]
-    q = b * (F32(1.0) / d) if reciprocal else b / d
-    return (_e4m3(q) * d).reshape(x.shape)
-
-
 def _w13_tiles(w13: np.ndarray, interleaved: bool) -> np.ndarray:
     """W13 ``[2I, H]`` (H = 128: one tile column) quantized and dequantized, its tiles the
     canonical halves, or with ``interleaved`` the 128-row tiles of the rows
     ``g[0:8], u[0:8], g[8:16], u[8:16], ...`` (so tile t holds gate and up rows
     ``[64 t, 64 t + 64)``)."""
     if not interleaved:
-        halves = [w13[:INTER], w13[INTER:]]
-        return np.concatenate([_e4m3(h / _d(np.abs(h).max())) * _d(np.abs(h).max())
-                               for h in halves])
+        return np.concatenate([tile_roundtrip(w13[:INTER]), tile_roundtrip(w13[INTER:])])
     out = np.empty_like(w13)
     for t in range(2):
         rows = np.r_[64 * t:64 * t + 64, INTER + 64 * t:INTER + 64 * t + 64]
-        d = _d(np.abs(w13[rows]).max())
-        out[rows] = _e4m3(w13[rows] / d) * d
+        out[rows] = tile_roundtrip(w13[rows])
     return out
 
 
@@ -68,14 +60,13 @@ def _case(seed: int):  # type: ignore[no-untyped-def]
 def _model(w13, w2, x, scores, interleaved: bool = True, a2_block: int = 64,  # type: ignore[no-untyped-def]
            reciprocal: bool = True) -> np.ndarray:
     """The recipe written out (K = 1, early weighting); the keywords give its near misses."""
-    a1 = _rows(x, 128, reciprocal=False)
+    a1 = rows_roundtrip(x)
     w13_q = _w13_tiles(w13, interleaved)
-    d2 = _d(np.abs(w2).max())
-    w2_q = _e4m3(w2 / d2) * d2
+    w2_q = tile_roundtrip(w2)
     gate = a1[:, 0:1] * w13_q[np.arange(INTER), 0][None, :]
     up = a1[:, 1:2] * w13_q[INTER + np.arange(INTER), 1][None, :]
-    act = up * gate * _sigmoid(gate) * scores[:, None]
-    a2 = _rows(act, a2_block, reciprocal)
+    act = up * gate * sigmoid(gate) * scores[:, None]
+    a2 = rows_roundtrip(act, a2_block, reciprocal)
     h2 = a2[:, np.arange(H)] * w2_q[np.arange(H), np.arange(H)][None, :]
     term = torch.from_numpy(h2).bfloat16().float().numpy()
     return torch.from_numpy(F32(0.0) + term).bfloat16().view(torch.int16).numpy()

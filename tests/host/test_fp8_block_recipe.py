@@ -12,25 +12,16 @@ import torch
 
 from oracle.experts import MoEConfig, moe_forward, prepare_weights
 from oracle.recipes import CONTRACT_RECIPES, RECIPES, Format, get_recipe
-from tests.host.fp8_block_model import F32, block_d, e4m3, one_expert_case, sigmoid
+from tests.host.fp8_block_model import (
+    F32,
+    block_d,
+    one_expert_case,
+    rows_roundtrip,
+    sigmoid,
+    tile_roundtrip,
+)
 
 H = INTER = 128
-
-
-_blocks_d, _e4m3, _sigmoid = block_d, e4m3, sigmoid
-
-
-def _deq_rows(x: np.ndarray) -> np.ndarray:
-    """FP8 rows, one block per 128 columns, quantized and dequantized: f32(e4m3(x / d)) * d."""
-    b = x.reshape(x.shape[0], -1, 128).astype(F32)
-    d = _blocks_d(np.abs(b).max(axis=2))[..., None]
-    return (_e4m3(b / d) * d).reshape(x.shape)
-
-
-def _deq_tile(w: np.ndarray) -> np.ndarray:
-    """One 128 x 128 tile, quantized and dequantized with its single scale."""
-    d = _blocks_d(np.abs(w).max())
-    return _e4m3(w.astype(F32) / d) * d
 
 
 def _case(seed: int):  # type: ignore[no-untyped-def]
@@ -42,15 +33,15 @@ def _bf16_rows(v: np.ndarray) -> np.ndarray:
     return torch.from_numpy(v).bfloat16().float().numpy()
 
 
-def _model(w13, w2, x, scores, late: bool, a2_rows=_deq_rows) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _model(w13, w2, x, scores, late: bool, a2_rows=rows_roundtrip) -> np.ndarray:  # type: ignore[no-untyped-def]
     """The recipe, written out: K = 1, so the output row is the combine of the slot's one
     term. ``a2_rows`` quantizes and dequantizes A2 (the recipe: FP8 in 1 x 128 blocks)."""
-    a1 = _deq_rows(x)
-    w13_q = np.concatenate([_deq_tile(w13[:INTER]), _deq_tile(w13[INTER:])])
-    w2_q = _deq_tile(w2)
+    a1 = rows_roundtrip(x)
+    w13_q = np.concatenate([tile_roundtrip(w13[:INTER]), tile_roundtrip(w13[INTER:])])
+    w2_q = tile_roundtrip(w2)
     gate = a1[:, 0:1] * w13_q[np.arange(INTER), 0][None, :]  # one product per element
     up = a1[:, 1:2] * w13_q[INTER + np.arange(INTER), 1][None, :]
-    act = up * gate * _sigmoid(gate)
+    act = up * gate * sigmoid(gate)
     if not late:
         act = act * scores[:, None]
     a2 = a2_rows(act)
@@ -89,7 +80,7 @@ def test_a_bf16_a2_changes_the_bits_and_each_weight_tile_has_one_scale() -> None
     out, weights = _oracle(w13, w2, x, scores, False)
     assert not np.array_equal(out, _model(w13, w2, x, scores, False, a2_rows=_bf16_rows))
     assert weights.w13_scale.shape == (1, 2, 1) and weights.w2_scale.shape == (1, 1, 1)
-    want = _blocks_d(np.abs(w13[:INTER]).max())
+    want = block_d(np.abs(w13[:INTER]).max())
     assert weights.w13_scale[0, 0, 0].item() == float(want)
 
 
