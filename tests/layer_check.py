@@ -5,19 +5,21 @@ one way a contract test builds a layer of the chosen backend (``build_layer``)."
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import pytest
 import torch
 
 from megamoe.backends import LayerSpec, MoEBackend, MoEHandle, feature_refusal, recipe_refusal
+from oracle import ffn
 from oracle.compare import RowReport, active_rows, compare_rows
 from oracle.experts import moe_forward
 from oracle.moe_config import MoEConfig
 from oracle.weights import prepare_weights
 
 __all__ = ["RowReport", "active_rows", "build_layer", "compare_rows", "layer_routes",
-           "layer_weights", "oracle_config", "oracle_output", "poison", "poison_workspaces",
-           "require_features"]
+           "layer_weights", "oracle_config", "oracle_output", "oracle_output_gate_clamped_both_ways",
+           "poison", "poison_workspaces", "require_features"]
 
 MASKED_JUNK = (float("nan"), float("inf"), float("-inf"))
 """What masked slots carry in the layer tests (docs/contract.md s2: any score, never read)."""
@@ -86,6 +88,25 @@ def oracle_output(layer_config, w13, w2, hidden, ids, weights) -> torch.Tensor: 
     else:
         ew = prepare_weights(w13.cpu(), w2.cpu(), cfg)
     return moe_forward(hidden.cpu(), ids.cpu(), weights.cpu(), ew, cfg)
+
+
+_ORACLE_SWIGLU = ffn.swiglu
+
+
+def _swiglu_gate_clamped_both_ways(gate: torch.Tensor, up: torch.Tensor,
+                                   clamp: float | None) -> torch.Tensor:
+    low = gate if clamp is None else torch.maximum(gate, torch.tensor(-clamp, dtype=gate.dtype))
+    return _ORACLE_SWIGLU(low, up, clamp)
+
+
+def oracle_output_gate_clamped_both_ways(layer_config, w13, w2, hidden, ids,  # type: ignore[no-untyped-def]
+                                         weights) -> torch.Tensor:
+    """``oracle_output`` under the reading of a clamp that docs/contract.md s5 rules out (and
+    FlashInfer's cake FC1 was read to follow): the gate limited to ``[-c, c]``, not only from
+    above. A planted reference for the clamp test, and what a backend that reads it so
+    computes."""
+    with mock.patch.object(ffn, "swiglu", _swiglu_gate_clamped_both_ways):
+        return oracle_output(layer_config, w13, w2, hidden, ids, weights)
 
 
 def build_layer(backend: MoEBackend, spec: LayerSpec, w13: torch.Tensor, w2: torch.Tensor,

@@ -246,6 +246,42 @@ def test_the_row_bits_contract_test_catches_a_masked_slot_that_keeps_an_earlier_
             load_backend("tests.host.backend_doubles:STALE"), CPU, "bf16", CONTRACT_C)
 
 
+def test_the_clamp_contract_test_catches_a_gate_clamped_from_below_and_names_the_reading() -> None:
+    """The single tier's clamp test on the CPU: our layer passes; a backend whose rows are the
+    oracle's with the gate clamped to ``[-c, c]`` fails, and the failure says that its rows
+    meet that reading (FlashInfer's cake on the H200, docs/conformance.md)."""
+    from tests.single import test_layer_contract as contract
+
+    contract.test_the_clamp_limits_the_gate_from_above_only(load_backend("megamoe"), CPU, "bf16")
+    with pytest.raises(AssertionError, match=r"live rows above .* against a gate clamped from "
+                                             r"below too: every live row meets it"):
+        contract.test_the_clamp_limits_the_gate_from_above_only(
+            load_backend("tests.host.backend_doubles:CLAMP_BELOW"), CPU, "bf16")
+
+
+def test_the_row_bits_contract_test_catches_stale_cells_an_earlier_layer_left() -> None:
+    """The same finding with the cells pooled across layers, as FlashInfer pools its workspace
+    across layers of one shape (docs/conformance.md: in the H200 run its ``[fp8_block]`` layer
+    passed the one-step history right after the ``[fp8_block_fi]`` layer, same kernel and
+    inputs, had failed it): the second layer starts on the term the first one's history step
+    left, so its first step adds that same term and shows nothing; the second step, another
+    term, catches it. Two backends of one pool, named apart so that the contract tests' layer
+    cache builds each its own layer."""
+    from tests.host.backend_doubles import PlantedBackend
+    from tests.single import test_layer_contract as contract
+    from tests.single.layer_cases import C as CONTRACT_C
+
+    pool: dict[str, torch.Tensor] = {}
+    names = ("megamoe-planted-stale-pool-first", "megamoe-planted-stale-pool-second")
+    try:
+        for name, step in zip(names, ("expert 0, score 0.75", "expert 1, score -0.5"), strict=True):
+            with pytest.raises(AssertionError, match=f"its masked slot was active \\({step}\\)"):
+                contract.test_row_bits_do_not_depend_on_other_rows_masks_or_batch(
+                    PlantedBackend("stale", pool=pool, name=name), CPU, "bf16", CONTRACT_C)
+    finally:
+        for key in [k for k in contract._LAYERS if k[0] in names]:
+            del contract._LAYERS[key]
+
 def test_preflight_records_the_backend_or_refuses_a_name_that_loads_nothing() -> None:
     check, entry = check_moe_backend("megamoe")
     assert check.ok and entry["name"] == "megamoe" and entry["archs"] == ["sm_90"]
