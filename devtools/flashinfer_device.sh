@@ -36,10 +36,12 @@
 # packed (about 1 MiB) a cake call carrying .whl (40 MiB), .whl-fi (3 MiB), .flashinfer and
 # .fi-jit (about 7 MiB) is about 51 MiB before the tree (about 10 MiB tracked, 2026-12-05),
 # inside the 64 MiB a call takes; unpacked (11.6 MiB) it was over.
-# Run on an H100 on 2026-12-05: flashinfer-sm90-cake's contract tests (211 s with the JIT
-# build; docs/conformance.md) and its benchmark at 'dsrank-uniform-T16' (163 s with the JIT
-# build; docs/perf.md "Side by side with FlashInfer"). The FP8 pull ran once on CuTe DSL 4.5.2,
-# where its kernels did not compile; it has not run on the DSL it declares.
+# Run on an H200 on 2026-12-06 (docs/conformance.md, docs/perf.md "Side by side with
+# FlashInfer"): the two stage-dsl calls (5 and 6 s), the FP8 pull's contract tests (34 s) and
+# its probe (devtools/flashinfer_fp8_probe.py) in one call of 82 s; the cake's contract tests
+# (244 s with the JIT build); the cake's benchmark at 'deepseek-uniform-*' (112 s, the JIT
+# cache still on the machine). Earlier, on an H100 (2026-12-05): the cake's tests and its
+# benchmark at 'dsrank-uniform-T16'.
 set -u
 backend=${1:?usage: bash devtools/flashinfer_device.sh stage-dsl | flashinfer-sm90-cake|flashinfer-sm90-fp8-pull [bench [CASE_GLOB]]}
 FIDSL=${MEGAMOE_FI_DSL_SITE:-/tmp/fidsl}
@@ -116,12 +118,13 @@ if [ "${2:-}" = bench ]; then
   tail -n 20 "$OUT/bench.log"
   exit $rc
 fi
+# MEGAMOE_FI_TESTS_K narrows the contract tests (pytest -k; default all of test_layer_contract).
 # bounded twice: FlashInfer's kernels spin on flags, so a hang must end inside the device call
 # with the JIT cache still brought back (MEGAMOE_FI_TESTS_TIMEOUT s for the run), and a test
 # that hangs must fail alone (MEGAMOE_FI_TEST_TIMEOUT s each, the cake's first test includes
 # its JIT build, about 145 s on the H200)
 timeout -k 10 "${MEGAMOE_FI_TESTS_TIMEOUT:-530}" ./run_tests.sh single --moe-backend "$backend" \
-  -k layer_contract -p no:cacheprovider --timeout "${MEGAMOE_FI_TEST_TIMEOUT:-300}" \
+  -k "${MEGAMOE_FI_TESTS_K:-layer_contract}" -p no:cacheprovider --timeout "${MEGAMOE_FI_TEST_TIMEOUT:-300}" \
   --junitxml="$OUT/$backend.xml" > "$OUT/$backend.log" 2>&1
 rc=$?
 [ "$rc" = 124 ] && echo "the contract tests ran past ${MEGAMOE_FI_TESTS_TIMEOUT:-530} s: stopped" >> "$OUT/$backend.log"

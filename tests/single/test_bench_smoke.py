@@ -10,7 +10,9 @@ differ by where their buffers lie: in session 18 on an H200, eight buffer
 pairs' medians spread up to 1.3 %, and the A/A of separate builds came out
 ``slower`` in 5 of 6 runs, beyond the 0.5 % resolution (docs/perf.md
 "Session 18"); one pair of buffers gave noise in 5 of 6 (one cold run read
-+1.0 %: a residual not yet explained, recorded there).
++1.0 %: a residual not yet explained, recorded there). On an H200 on
+2026-12-06 the same residual failed this test once in seven runs, inside a
+qualification shard (``faster``, medians 34.93 and 34.72 us, 0.6 %).
 """
 
 from __future__ import annotations
