@@ -4,25 +4,70 @@ DSL's ``BaseDSL.generate_original_ir`` (running the kernel's Python to build its
 the whole compile up to the cubin.
 
     python -m devtools.compile_split [--count N] [--seed S] [--match TEXT]
+                                     [--locations dsl|memo] [--fingerprint]
 
 Run it from the repository root on any machine with the CuTe DSL (no GPU): it sets the gate's
 environment (``gate_environment``) and re-runs itself, since the DSL reads its environment
 once. ``--count`` builders of a seeded shuffle (the sanitizer self-tests left out), or those
 whose name holds ``--match``. The shared compile cache of ``qualify.py --share-compiles``
-saves only the part that is not the trace (docs/engineering-notes.md "Qualification time")."""
+saves only the part that is not the trace (docs/engineering-notes.md "Qualification time").
+
+``--locations memo`` traces with the op locations looked up once per call site
+(``tests.harness.dsl_locations``), ``dsl`` (the default) as the DSL does. ``--fingerprint``
+also keeps each kernel's MLIR and prints one line, ``fingerprint LOCATIONS OUTPUTS``: a digest
+of every source location the trace built (file, line, column and text, in order) and one of
+every MLIR, PTX and cubin byte, so two runs that differ only in ``--locations`` can be
+compared. ``memo-without-offset`` keys the memo on the code object alone (a wrong key, for
+the tests to show that the fingerprint catches it)."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import random
 import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 CHILD_ENV = "MEGAMOE_COMPILE_SPLIT_CHILD"
+
+
+LOCATIONS = ("dsl", "memo", "memo-without-offset")
+
+
+def _fingerprint_locations(digest: hashlib._Hash) -> None:
+    """Feed every location the DSL's op module builds into ``digest`` (``--fingerprint``)."""
+    from cutlass.base_dsl._mlir_helpers import op
+
+    real = op.ir
+
+    class Location:
+        @staticmethod
+        def file(*args):  # type: ignore[no-untyped-def]
+            digest.update(repr(("file", args)).encode())
+            return real.Location.file(*args)
+
+        @staticmethod
+        def name(text, childLoc=None):  # type: ignore[no-untyped-def]
+            digest.update(repr(("name", text)).encode())
+            return real.Location.name(text, childLoc=childLoc)
+
+    op.ir = types.SimpleNamespace(Location=Location)
+
+
+def _install_locations(kind: str) -> None:
+    from tests.harness import dsl_locations
+
+    if kind == "dsl":
+        return
+    memo = (dsl_locations.FrameInfoMemo() if kind == "memo" else dsl_locations.FrameInfoMemo(
+        lambda frame, context: (frame.f_code.co_filename, frame.f_code, context)))
+    if dsl_locations.install({}, memo) is not memo:
+        raise SystemExit(f"--locations {kind}: the memo does not install under this DSL")
 
 
 def _measure(args: argparse.Namespace, dump_dir: Path) -> int:
@@ -30,6 +75,10 @@ def _measure(args: argparse.Namespace, dump_dir: Path) -> int:
 
     from tests.harness.compile_gate import compile_one, gate_builders
 
+    _install_locations(args.locations)
+    located, outputs = hashlib.sha256(), hashlib.sha256()
+    if args.fingerprint:
+        _fingerprint_locations(located)
     traced = [0.0]
     original = dsl.BaseDSL.generate_original_ir
 
@@ -52,16 +101,24 @@ def _measure(args: argparse.Namespace, dump_dir: Path) -> int:
     print("| kernel | compile s | trace s |\n|---|---|---|")
     for name in names:
         traced[0] = 0.0
+        for old in dump_dir.glob("*.mlir"):
+            old.unlink()
         t0 = time.perf_counter()
         result = compile_one(name, builders[name], dump_dir)
         took = time.perf_counter() - t0
         if not result.ok:
-            print(f"{name}: {result.message}", file=sys.stderr)
+            print(f"{name}: {result.reason}", file=sys.stderr)
             return 1
+        for suffix in ("mlir", "ptx", "cubin"):
+            for path in sorted(dump_dir.glob(f"*.{suffix}")):
+                outputs.update(path.read_bytes())
         total, trace = total + took, trace + traced[0]
         print(f"| `{name}` | {took:.2f} | {traced[0]:.2f} |")
     share = 100 * trace / total if total else 0.0
-    print(f"\n{len(names)} kernels: compile {total:.1f} s, trace {trace:.1f} s ({share:.0f} %)")
+    print(f"\n{len(names)} kernels: compile {total:.1f} s, trace {trace:.1f} s ({share:.0f} %), "
+          f"locations {args.locations}")
+    if args.fingerprint:
+        print(f"fingerprint {located.hexdigest()} {outputs.hexdigest()}")
     return 0
 
 
@@ -70,13 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--match", default="")
+    ap.add_argument("--locations", choices=LOCATIONS, default="dsl")
+    ap.add_argument("--fingerprint", action="store_true")
     args = ap.parse_args(argv)
     if os.environ.get(CHILD_ENV):
         return _measure(args, Path(os.environ[CHILD_ENV]))
     from tests.harness.compile_gate import gate_environment
 
     with tempfile.TemporaryDirectory(prefix="compile-split-") as tmp:
-        env = {**os.environ, **gate_environment(Path(tmp)), CHILD_ENV: tmp}
+        env = {**os.environ, **gate_environment(Path(tmp)), CHILD_ENV: tmp,
+               **({"CUTE_DSL_KEEP_IR": "1"} if args.fingerprint else {})}
         cmd = [sys.executable, "-m", "devtools.compile_split", *(argv or sys.argv[1:])]
         return subprocess.run(cmd, env=env, check=False).returncode
 
