@@ -4,21 +4,22 @@ DSL's ``BaseDSL.generate_original_ir`` (running the kernel's Python to build its
 the whole compile up to the cubin.
 
     python -m devtools.compile_split [--count N] [--seed S] [--match TEXT]
-                                     [--locations dsl|memo] [--fingerprint]
+                                     [--memos dsl|memo] [--fingerprint]
 
 Run it from the repository root on any machine with the CuTe DSL (no GPU): it sets the gate's
 environment (``gate_environment``) and re-runs itself, since the DSL reads its environment
 once. ``--count`` builders of a seeded shuffle (the sanitizer self-tests left out), or those
-whose name holds ``--match``. The shared compile cache of ``qualify.py --share-compiles``
+whose name holds a ``--match`` (repeatable). The shared compile cache of ``qualify.py --share-compiles``
 saves only the part that is not the trace (docs/engineering-notes.md "Qualification time").
 
-``--locations memo`` traces with the op locations looked up once per call site
-(``tests.harness.dsl_locations``), ``dsl`` (the default) as the DSL does. ``--fingerprint``
-also keeps each kernel's MLIR and prints one line, ``fingerprint LOCATIONS OUTPUTS``: a digest
-of every source location the trace built (file, line, column and text, in order) and one of
-every MLIR, PTX and cubin byte, so two runs that differ only in ``--locations`` can be
-compared. ``memo-without-offset`` keys the memo on the code object alone (a wrong key, for
-the tests to show that the fingerprint catches it)."""
+``--memos memo`` traces with three of the DSL's lookups made once per distinct input
+(``tests.harness.dsl_memos``), ``dsl`` (the default) as the DSL does. ``--fingerprint`` also
+keeps each kernel's MLIR and prints one line, ``fingerprint LOCATIONS OUTPUTS``: a digest of
+every source location the trace built (file, line, column and text, in order) and one of every
+MLIR, PTX and cubin byte, so two runs that differ only in ``--memos`` can be compared. The
+``planted-*`` choices key one memo wrongly (the instruction offset left out of the frame key,
+one key for every module, one for every type), for the tests to show that the fingerprint or
+the compile catches it."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from pathlib import Path
 CHILD_ENV = "MEGAMOE_COMPILE_SPLIT_CHILD"
 
 
-LOCATIONS = ("dsl", "memo", "memo-without-offset")
+MEMOS = ("dsl", "memo", "planted-frames", "planted-modules", "planted-types")
 
 
 def _fingerprint_locations(digest: hashlib._Hash) -> None:
@@ -59,15 +60,20 @@ def _fingerprint_locations(digest: hashlib._Hash) -> None:
     op.ir = types.SimpleNamespace(Location=Location)
 
 
-def _install_locations(kind: str) -> None:
-    from tests.harness import dsl_locations
+def _install_memos(kind: str) -> None:
+    from tests.harness.dsl_memos import MemoKeys, install
 
     if kind == "dsl":
         return
-    memo = (dsl_locations.FrameInfoMemo() if kind == "memo" else dsl_locations.FrameInfoMemo(
-        lambda frame, context: (frame.f_code.co_filename, frame.f_code, context)))
-    if dsl_locations.install({}, memo) is not memo:
-        raise SystemExit(f"--locations {kind}: the memo does not install under this DSL")
+    planted = {
+        "memo": MemoKeys(),
+        "planted-frames": MemoKeys(
+            frame=lambda frame, context: (frame.f_code.co_filename, frame.f_code, context)),
+        "planted-modules": MemoKeys(module=lambda module: "every module"),
+        "planted-types": MemoKeys(type=lambda mlir_type: "every type"),
+    }
+    if len(install({}, planted[kind])) != 4:
+        raise SystemExit(f"--memos {kind}: the memos do not install under this DSL")
 
 
 def _measure(args: argparse.Namespace, dump_dir: Path) -> int:
@@ -75,7 +81,7 @@ def _measure(args: argparse.Namespace, dump_dir: Path) -> int:
 
     from tests.harness.compile_gate import compile_one, gate_builders
 
-    _install_locations(args.locations)
+    _install_memos(args.memos)
     located, outputs = hashlib.sha256(), hashlib.sha256()
     if args.fingerprint:
         _fingerprint_locations(located)
@@ -93,7 +99,7 @@ def _measure(args: argparse.Namespace, dump_dir: Path) -> int:
     builders = gate_builders()
     names = [n for n in sorted(builders) if not n.startswith("sanitizer")]
     if args.match:
-        names = [n for n in names if args.match in n]
+        names = [n for n in names if any(text in n for text in args.match)]
     else:
         random.Random(args.seed).shuffle(names)
         names = names[:args.count]
@@ -116,7 +122,7 @@ def _measure(args: argparse.Namespace, dump_dir: Path) -> int:
         print(f"| `{name}` | {took:.2f} | {traced[0]:.2f} |")
     share = 100 * trace / total if total else 0.0
     print(f"\n{len(names)} kernels: compile {total:.1f} s, trace {trace:.1f} s ({share:.0f} %), "
-          f"locations {args.locations}")
+          f"memos {args.memos}")
     if args.fingerprint:
         print(f"fingerprint {located.hexdigest()} {outputs.hexdigest()}")
     return 0
@@ -126,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--count", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--match", default="")
-    ap.add_argument("--locations", choices=LOCATIONS, default="dsl")
+    ap.add_argument("--match", action="append", default=[],
+                    help="builders whose name holds this text (repeat for several)")
+    ap.add_argument("--memos", choices=MEMOS, default="dsl")
     ap.add_argument("--fingerprint", action="store_true")
     args = ap.parse_args(argv)
     if os.environ.get(CHILD_ENV):

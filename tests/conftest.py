@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["tests.harness.backend_plugin", "tests.harness.compile_clock",
-                  "tests.harness.compile_share_plugin", "tests.harness.dsl_locations_plugin",
+                  "tests.harness.compile_share_plugin", "tests.harness.dsl_memos_plugin",
                   "tests.harness.compile_groups"]
 
 _SLOW_CHECKS = [HealthCheck.too_slow, HealthCheck.data_too_large]
