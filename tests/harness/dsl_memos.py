@@ -159,6 +159,12 @@ def memos_wanted(environ: Mapping[str, str] = os.environ) -> bool:
     return environ.get(MEMOS_ENV, "1") != "0"
 
 
+def memos_in_effect(environ: Mapping[str, str] = os.environ) -> bool:
+    """Will the test processes of a run with ``environ`` trace with the memos: wanted, and the
+    installed DSL one they were checked on (for the qualification record)."""
+    return memos_wanted(environ) and _dsl_version() in KNOWN_DSL_VERSIONS
+
+
 @functools.cache
 def _dsl_version() -> str | None:
     from importlib.metadata import PackageNotFoundError, version

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.harness.dsl_memos import memos_in_effect
+
 CUTE_DSL_DISTRIBUTIONS = ("nvidia-cutlass-dsl",)
 NVSHMEM_DISTRIBUTIONS = ("nvshmem4py-cu13", "nvshmem4py-cu12", "nvshmem4py")
 
@@ -95,4 +97,5 @@ def collect_environment() -> dict[str, object]:
         "cute_dsl": _version(CUTE_DSL_DISTRIBUTIONS),
         "nvshmem4py": _version(NVSHMEM_DISTRIBUTIONS),
         "cute_dsl_arch_env": os.environ.get("CUTE_DSL_ARCH"),
+        "dsl_memos": memos_in_effect(),
     }

@@ -144,6 +144,19 @@ def test_install_only_where_the_dsl_internals_are_as_checked(monkeypatch) -> Non
     uninstall()
 
 
+def test_the_record_says_whether_the_memos_were_in_effect(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tests.harness.environment import collect_environment
+
+    monkeypatch.setattr(dsl_memos, "_dsl_version", lambda: dsl_memos.KNOWN_DSL_VERSIONS[0])
+    monkeypatch.delenv(dsl_memos.MEMOS_ENV, raising=False)
+    assert collect_environment()["dsl_memos"] is True
+    monkeypatch.setenv(dsl_memos.MEMOS_ENV, "0")
+    assert collect_environment()["dsl_memos"] is False
+    monkeypatch.delenv(dsl_memos.MEMOS_ENV)
+    monkeypatch.setattr(dsl_memos, "_dsl_version", lambda: "9.9.9")
+    assert collect_environment()["dsl_memos"] is False
+
+
 def _fingerprint(memos: str) -> tuple[int, str]:
     proc = subprocess.run(
         [sys.executable, "-m", "devtools.compile_split", "--match", "route_stage",
