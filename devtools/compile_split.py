@@ -9,8 +9,9 @@ the whole compile up to the cubin.
 Run it from the repository root on any machine with the CuTe DSL (no GPU): it sets the gate's
 environment (``gate_environment``) and re-runs itself, since the DSL reads its environment
 once. ``--count`` builders of a seeded shuffle (the sanitizer self-tests left out), or those
-whose name holds a ``--match`` (repeatable). The shared compile cache of ``qualify.py --share-compiles``
-saves only the part that is not the trace (docs/engineering-notes.md "Qualification time").
+whose name holds a ``--match`` (repeatable). The shared compile cache of ``qualify.py
+--share-compiles`` saves only the part that is not the trace (docs/engineering-notes.md
+"Qualification time").
 
 ``--memos memo`` traces with three of the DSL's lookups made once per distinct input
 (``tests.harness.dsl_memos``), ``dsl`` (the default) as the DSL does. ``--fingerprint`` also
@@ -134,8 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--match", action="append", default=[],
                     help="builders whose name holds this text (repeat for several)")
-    ap.add_argument("--memos", choices=MEMOS, default="dsl")
-    ap.add_argument("--fingerprint", action="store_true")
+    ap.add_argument("--memos", choices=MEMOS, default="dsl",
+                    help="trace with tests.harness.dsl_memos (memo), without (dsl), or planted")
+    ap.add_argument("--fingerprint", action="store_true",
+                    help="print digests of every location built and every output byte")
     args = ap.parse_args(argv)
     if os.environ.get(CHILD_ENV):
         return _measure(args, Path(os.environ[CHILD_ENV]))
