@@ -36,6 +36,14 @@ CPU one; 275 182 of the 278 528 raw block products differ from the exact sum, by
 5.4e-4 of their call's largest magnitude (the FP8 tensor cores' accumulation;
 docs/conformance.md). The default mode on the same H200 gave the H100's numbers above, to
 their rounding (dense rows 0.0035 to 0.0265 from the recipe, masked rows 0.903 and 0.231).
+
+``--survey`` (FlashInfer's process) and ``--survey-ours`` (ours: the harness's environment,
+``.whl``'s prelude on the GPU machine) ask whether our FP8 layer, on the same tensor cores,
+stays closer to its recipe than FlashInfer's pull to its own. Ours implements ``mxfp8``
+(E4M3, 1 x 32 power-of-two scales), not ``fp8_block``, so the recipes differ and so does
+what the answer can say: the same 15 dense batches (T = 1, 4 and 64, five seeds each,
+``SURVEY``) through each layer, the worst row against the oracle's recipe printed per T.
+Not run on a GPU yet.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from collections.abc import Callable
 
 import torch
 
-from megamoe.backends.api import LayerSpec
+from megamoe.backends.api import LayerSpec, MoEBackend
 from megamoe.backends.flashinfer_sm90 import FP8_PULL
 from oracle.moe_config import MoEConfig
 from tests.host.test_grouped_gemm_host import row_rel_errors
@@ -181,6 +189,46 @@ def _or_error(f: Callable[[], list[float]]) -> list[float] | str:
         return f"error {type(exc).__name__}: {str(exc)[:300]}"
 
 
+SURVEY = tuple((t, seed) for t in (1, 4, 64) for seed in range(1, 6))
+"""The survey's batches: (T, seed), no masked slot."""
+
+
+def survey(backend: MoEBackend, name: str, dev: torch.device) -> dict[int, float]:
+    """``--survey`` / ``--survey-ours`` (module docstring): the worst row of each T over the
+    survey's batches, ``backend``'s layer against the oracle's ``name``."""
+    from tests.layer_check import build_layer
+
+    w13_all, w2_all = layer_weights(0, E, H, INTER)
+    layer = build_layer(backend, LayerSpec(MoEConfig(name, E, K, H, INTER), max(SURVEY)[0]),
+                        w13_all, w2_all, dev)
+    worst: dict[int, float] = {}
+    for i, (t, seed) in enumerate(SURVEY):
+        x, ids, w = layer_routes(seed, t, num_experts=E, top_k=K, hidden=H, mask_p=0.0,
+                                 device=dev, id_dtype=torch.int32)
+        out = (layer.warmup if i == 0 else layer.forward)(x, ids, w)
+        worst[t] = max(worst.get(t, 0.0), *rel(out, recipe(name, w13_all, w2_all, x, ids, w)))
+    layer.destroy()
+    print(f"{backend.info.name} against {name} on {dev}: worst row of "
+          f"{len(SURVEY) // len(worst)} batches at T = "
+          + ", ".join(f"{t}: {v:.4f}" for t, v in sorted(worst.items())), flush=True)
+    return worst
+
+
+def main_survey() -> None:
+    """``--survey``: FlashInfer's pull against its own recipe (its process, its CuTe DSL)."""
+    os.environ.setdefault("MEGA_NO_DIST", "1")
+    survey(FP8_PULL, "fp8_block_fi", torch.device("cuda:0"))
+
+
+def main_survey_ours() -> None:
+    """``--survey-ours``: our layer against ``mxfp8`` (our process, our CuTe DSL; the CPU,
+    where there is no GPU, runs our layer's Torch path)."""
+    from megamoe.backends.registry import load_backend
+
+    dev = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    survey(load_backend("megamoe"), "mxfp8", dev)
+
+
 def main() -> None:
     os.environ.setdefault("MEGA_NO_DIST", "1")
     dev = torch.device("cuda:0")
@@ -223,7 +271,8 @@ def main() -> None:
 if __name__ == "__main__":
     import sys
 
-    modes = {"--cpu": main_cpu, "--gpu-vs-cpu": main_gpu_vs_cpu}
+    modes = {"--cpu": main_cpu, "--gpu-vs-cpu": main_gpu_vs_cpu, "--survey": main_survey,
+             "--survey-ours": main_survey_ours}
     if sys.argv[1:] and sys.argv[1] not in modes:
         sys.exit(f"usage: python3 -m devtools.flashinfer_fp8_probe [{' | '.join(modes)}]")
     modes.get(sys.argv[1] if sys.argv[1:] else "", main)()

@@ -196,3 +196,17 @@ def test_flashinfer_fp8_recipe_misses_fp8_block_by_more_than_its_tolerance() -> 
     apart = probe.rel(probe.recipe("fp8_block_fi", w13, w2, x, ids, s), block)
     assert get_recipe("fp8_block").rel_l2_tolerance == 0.02
     assert len(apart) == probe.T and all(0.04 < d < 0.08 for d in apart), apart
+
+
+def test_the_probes_survey_judges_every_batch_of_a_layer_against_its_recipe() -> None:
+    """``devtools/flashinfer_fp8_probe.py --survey-ours`` on the CPU: our layer's Torch path
+    meets the oracle's ``mxfp8`` on every survey batch (worst row 0 at each T); a backend
+    with the score never applied (``tests.host.backend_doubles:UNWEIGHTED``) is far from it
+    at every T, so the survey's numbers can tell a layer off its recipe."""
+    from devtools import flashinfer_fp8_probe as probe
+    from megamoe.backends.registry import load_backend
+
+    cpu = torch.device("cpu")
+    assert probe.survey(load_backend("megamoe"), "mxfp8", cpu) == {1: 0.0, 4: 0.0, 64: 0.0}
+    off = probe.survey(load_backend("tests.host.backend_doubles:UNWEIGHTED"), "mxfp8", cpu)
+    assert sorted(off) == [1, 4, 64] and all(v > 0.1 for v in off.values()), off
