@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,11 +192,13 @@ def run_case(
     timeout_s: float,
     leak_check: bool = False,
     expect_report: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> CaseResult:
     """Run one test under the sanitizer and judge it against ``expect``.
 
     ``expect_report``: for a ``caught`` case, a line fragment the log must
-    contain (the tool reported the planted bug, not something else).
+    contain (the tool reported the planted bug, not something else). ``env``: extra
+    environment of the case's process, over this process's.
     """
     if expect not in (EXPECT_CLEAN, EXPECT_CAUGHT):
         raise ValueError(f"expect: expected {EXPECT_CLEAN!r} or {EXPECT_CAUGHT!r}, got {expect!r}")
@@ -207,8 +209,8 @@ def run_case(
     cmd = sanitizer_command(
         exe, tool, pytest_case_command(python, node_id, junit), leak_check=leak_check
     )
-    env = {**os.environ, UNCACHED_ALLOCATOR_ENV: "1", SANITIZER_TOOL_ENV: tool}
-    proc = run_process(cmd, cwd=root, log_path=log, timeout_s=timeout_s, env=env)
+    full = {**os.environ, **(env or {}), UNCACHED_ALLOCATOR_ENV: "1", SANITIZER_TOOL_ENV: tool}
+    proc = run_process(cmd, cwd=root, log_path=log, timeout_s=timeout_s, env=full)
     text = log.read_text(encoding="utf-8", errors="replace")
     summary = parse_summary(text, tool)
     ok, reason = judge_case(expect, summary, proc.returncode, proc.timed_out)
@@ -248,12 +250,14 @@ def run_tool(
     case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
     deadline: float | None = None,
     on_case: Callable[[CaseResult, int, int], None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ToolRun:
     """Planted case first (must be caught), then every declared case (must be clean).
 
     ``deadline`` is a ``time.monotonic()`` instant bounding the whole tool run;
     a case that would outlive it is cut short and the run is a ``timeout``. ``on_case(result,
-    done, total)`` is called as each case finishes (progress for the caller).
+    done, total)`` is called as each case finishes (progress for the caller). ``env``: extra
+    environment of every case's process (``run_case``).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     tool = coverage.tool
@@ -270,7 +274,7 @@ def run_tool(
                                tuple(results))
         report = coverage.planted_report if expect == EXPECT_CAUGHT else None
         result = run_case(tool, node_id, expect, exe=exe, python=python, root=root,
-                          out_dir=out_dir, timeout_s=budget, expect_report=report)
+                          out_dir=out_dir, timeout_s=budget, expect_report=report, env=env)
         results.append(result)
         if on_case is not None:
             on_case(result, len(results), len(plan))

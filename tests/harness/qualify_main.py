@@ -96,13 +96,16 @@ def runs_beside_others(step: tuple[str, str | None]) -> bool:
 
 
 def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
-            sanitizers_beside: bool = False) -> list[SuiteRun]:
+            sanitizers_beside: bool = False, workers: int = 1) -> list[SuiteRun]:
     """Run the plan in order, except that consecutive sanitizer runs start together (they
     may share the GPU, and together take about as long as one) after everything before them
     has finished: ``single`` and ``multi`` hold timing tests and need the GPU alone
     (``Suite.exclusive_gpu``). With ``sanitizers_beside`` (``--sanitizers-beside``) the
     sanitizer runs that follow ``single`` start with its xdist phase instead, and its timing
-    phase waits for them (``suite_run.run_split``). Results come back in plan order."""
+    phase waits for them (``suite_run.run_split``). Results come back in plan order. Each
+    sanitizer run is told how many test processes share the CPU with its own (``sharers``:
+    the tools together, plus ``workers`` xdist workers beside ``single``;
+    ``RunContext.cpu_sharers``)."""
     runs: list[SuiteRun] = []
     i = 0
     while i < len(plan):
@@ -116,20 +119,23 @@ def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
             def sanitizers(tools: Sequence[tuple[str, str | None]] = tools,
                            done: list[SuiteRun] = done) -> None:
                 with ThreadPoolExecutor(max_workers=len(tools)) as pool:
-                    done.extend(pool.map(lambda step: run(*step), tools))
+                    done.extend(pool.map(
+                        lambda step: run(*step, sharers=len(tools) + workers), tools))
 
             print(f"qualify.py: single started, sanitize ({', '.join(str(t) for _, t in tools)})"
                   " beside its xdist phase", flush=True)
             batch = [run("single", None, sanitizers)]
             if not done:  # the suite had no xdist phase to run them beside: run them now
-                sanitizers()
+                together = len(tools)
+                with ThreadPoolExecutor(max_workers=together) as pool:
+                    done.extend(pool.map(lambda s, n=together: run(*s, sharers=n), tools))
             batch += done
             i = j
         elif j - i > 1:
             print(f"qualify.py: sanitize ({', '.join(str(t) for _, t in plan[i:j])}) started",
                   flush=True)
             with ThreadPoolExecutor(max_workers=j - i) as pool:
-                batch = list(pool.map(lambda step: run(*step), plan[i:j]))
+                batch = list(pool.map(lambda step, n=j - i: run(*step, sharers=n), plan[i:j]))
             i = j
         else:
             name, tool = plan[i]
@@ -282,10 +288,11 @@ def main(
                      group_compiles=args.group_compiles, deadline=deadline)
     with terminate_groups_on_signals(), moe_backend_env(str(args.moe_backend)), \
             shared_compiles(args.share_compiles):
-        runs = execute(plan, lambda name, tool, beside=None: run_one(
-            name, tool, within_budget(dataclasses.replace(ctx, beside=beside)), suites,
-            coverage),
-            args.sanitizers_beside)
+        runs = execute(plan, lambda name, tool, beside=None, sharers=1: run_one(
+            name, tool, within_budget(dataclasses.replace(ctx, beside=beside,
+                                                          cpu_sharers=sharers)),
+            suites, coverage),
+            args.sanitizers_beside, args.workers)
     status = overall_status(runs)
     final = {**record, "status": status, "finished_at": utc_now(),
              "suites": [r.as_dict() for r in runs]}

@@ -78,6 +78,11 @@ class RunContext:
     """``--group-compiles``: ``run_split``'s xdist phase runs under ``--dist loadgroup``."""
     deadline: float | None = None
     """``--wall-budget``'s end on ``time.monotonic()``'s clock, or None (``within_budget``)."""
+    cpu_sharers: int = 1
+    """How many test processes share the machine's CPU cores with each of this run's: the
+    sanitizer tools that run together, and ``single``'s xdist workers when they run beside
+    them (``qualify_main.execute``). Above 1, each sanitized case's process gets its share of
+    the cores as its thread count (``worker_env``), as each xdist worker does."""
 
 
 MIN_SUITE_TIMEOUT_S = 1.0
@@ -521,8 +526,9 @@ def run_sanitize(coverage: SanitizerCoverage, ctx: RunContext, exe: str) -> Suit
         print(f"qualify.py: sanitize {coverage.tool} {done}/{total}: "
               f"{'ok  ' if case.ok else 'FAIL'} {case.case} ({case.reason})", flush=True)
 
+    threads = worker_env(None, ctx.cpu_sharers) if ctx.cpu_sharers > 1 else {}
     run = run_tool(coverage, exe=exe, python=ctx.python, root=ctx.root, out_dir=tool_dir,
-                   keyword=ctx.filter, deadline=deadline, on_case=progress)
+                   keyword=ctx.filter, deadline=deadline, on_case=progress, env=threads)
     junit = ctx.out_dir / f"sanitize-{coverage.tool}.junit.xml"
     write_junit(run, junit)
     counts = parse_junit(junit)
@@ -534,7 +540,8 @@ def run_sanitize(coverage: SanitizerCoverage, ctx: RunContext, exe: str) -> Suit
         0 if run.status == STATUS_PASS else 1, run.status == STATUS_TIMEOUT,
         tuple(r.command for r in run.results), counts.as_dict(), (_rel(ctx, junit),),
         tuple(_rel(ctx, Path(r.log)) for r in run.results),
-        {"tool": coverage.tool, "sanitizer": run.as_dict()},
+        {"tool": coverage.tool, "sanitizer": run.as_dict(), "cpu_sharers": ctx.cpu_sharers,
+         "case_cpu_threads": _in_effect(threads)},
     )
 
 

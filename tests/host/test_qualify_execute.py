@@ -28,9 +28,11 @@ class Recorder:
         self.running = 0
         self.most = 0
         self.lock = threading.Lock()
+        self.sharers: dict[str, int] = {}
 
-    def __call__(self, name: str, tool: str | None) -> SuiteRun:
+    def __call__(self, name: str, tool: str | None, sharers: int = 1) -> SuiteRun:
         label = name if tool is None else f"{name}-{tool}"
+        self.sharers[label] = sharers
         with self.lock:
             self.running += 1
             self.most = max(self.most, self.running)
@@ -92,9 +94,9 @@ class SplitRecorder(Recorder):
     """``Recorder`` whose ``single`` behaves like ``run_split`` under ``--sanitizers-beside``:
     its xdist phase runs while ``beside`` does, its timing phase after both."""
 
-    def __call__(self, name: str, tool: str | None, beside=None) -> SuiteRun:  # type: ignore[no-untyped-def, override]
+    def __call__(self, name: str, tool: str | None, beside=None, sharers: int = 1) -> SuiteRun:  # type: ignore[no-untyped-def, override]
         if name != "single" or beside is None:
-            return super().__call__(name, tool)
+            return super().__call__(name, tool, sharers)
         t = threading.Thread(target=beside)
         t.start()
         parallel = super().__call__("single.parallel", None)
@@ -120,11 +122,30 @@ def test_sanitizers_beside_run_with_singles_xdist_phase_and_before_its_timing_ph
 def test_sanitizers_beside_still_run_when_single_has_no_xdist_phase() -> None:
     rec = Recorder(0.01)  # a runner that never calls ``beside``
     plan = [("single", None), ("sanitize", "memcheck"), ("sanitize", "racecheck")]
-    runs = execute(plan, lambda name, tool, beside=None: rec(name, tool), sanitizers_beside=True)
+    runs = execute(plan, lambda name, tool, beside=None, sharers=1: rec(name, tool, sharers),
+                   sanitizers_beside=True, workers=12)
     assert [r.message.split(":")[0] for r in runs] == [
         "single", "sanitize-memcheck", "sanitize-racecheck"]
     assert rec.spans["single"][1] <= min(rec.spans["sanitize-memcheck"][0],
                                          rec.spans["sanitize-racecheck"][0])
+    assert rec.sharers["sanitize-memcheck"] == 2  # the two tools, single over by then
+
+
+def test_each_sanitizer_run_is_told_how_many_processes_share_the_cpu_with_it() -> None:
+    """The four tools together share the cores four ways; beside ``single``'s 12 xdist
+    workers sixteen ways; a lone tool and the exclusive suites are not told to share."""
+    rec = Recorder(0.01)
+    execute(PLAN, rec)
+    assert {rec.sharers[f"sanitize-{t}"] for t in SANITIZER_TOOLS} == {len(SANITIZER_TOOLS)}
+    assert rec.sharers["single"] == rec.sharers["multi"] == 1
+    beside = SplitRecorder(0.01)
+    execute([("single", None)] + [("sanitize", t) for t in SANITIZER_TOOLS], beside,
+            sanitizers_beside=True, workers=12)
+    assert {beside.sharers[f"sanitize-{t}"] for t in SANITIZER_TOOLS} == {
+        len(SANITIZER_TOOLS) + 12}
+    lone = Recorder(0.01)
+    execute([("single", None), ("sanitize", "memcheck")], lone)
+    assert lone.sharers["sanitize-memcheck"] == 1
 
 
 def test_without_the_option_single_and_the_sanitizers_never_overlap() -> None:

@@ -36,9 +36,10 @@ FAKE_TOOL = r"""#!/bin/bash
 declare -A opt
 while [[ "$1" == --* ]]; do opt[$1]=$2; shift 2; done
 node="$4"
-printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${opt[--tool]}" "${opt[--error-exitcode]}" \
+printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${opt[--tool]}" "${opt[--error-exitcode]}" \
   "${opt[--target-processes]}" "${opt[--report-api-errors]}" \
-  "$PYTORCH_NO_CUDA_MEMORY_CACHING" "$MEGAMOE_SANITIZER_TOOL" "$*" >>"$FAKE_SANITIZER_CALLS"
+  "$PYTORCH_NO_CUDA_MEMORY_CACHING" "$MEGAMOE_SANITIZER_TOOL" "${OMP_NUM_THREADS:-unset}" \
+  "$*" >>"$FAKE_SANITIZER_CALLS"
 echo "========= COMPUTE-SANITIZER"
 rc=0; errors=0
 case "$node" in
@@ -77,7 +78,8 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-_CALL_FIELDS = ("tool", "exitcode", "targets", "api_errors", "no_caching", "tool_env", "argv")
+_CALL_FIELDS = ("tool", "exitcode", "targets", "api_errors", "no_caching", "tool_env", "threads",
+                "argv")
 
 
 def calls(tree: Path) -> list[dict]:
@@ -121,6 +123,18 @@ def test_wrapper_passes_the_required_flags_and_environment(tree: Path) -> None:
     assert first["tool_env"] == "memcheck"
     assert first["argv"].split()[:4] == [sys.executable, "-m", "pytest",
                                          "t/test_cases.py::test_planted"]
+
+
+def test_extra_environment_reaches_every_case_process(tree: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``run_tool(env=...)``: every case's process gets it (qualify.py's thread share for
+    sanitizer tools that run together, ``RunContext.cpu_sharers``); without it, this
+    process's environment as before."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    tool_run(tree, coverage(), env={"OMP_NUM_THREADS": "4"})
+    assert [c["threads"] for c in calls(tree)] == ["4", "4"]
+    (tree.parent / "calls.jsonl").unlink()
+    tool_run(tree, coverage())
+    assert [c["threads"] for c in calls(tree)] == ["unset", "unset"]
 
 
 def test_each_test_runs_in_its_own_process(tree: Path) -> None:
