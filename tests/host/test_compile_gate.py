@@ -16,6 +16,7 @@ import pytest
 
 from megamoe.kernel_registry import load_all
 from sanitizers.selftest_kernels import builders as selftest_builders
+from tests.harness import dsl_memos
 from tests.harness.compile_gate import (
     EM_CUDA,
     GATE_SM,
@@ -153,6 +154,21 @@ def test_every_compiled_kernel_has_a_code_digest_that_tells_kernels_apart(gate_r
     by_name = {r.name: r.code for r in ok}
     # two configurations of one kernel (top-k 8 / int64 ids vs top-k 1 / int32 ids)
     assert by_name["route_stage_k8_i64_bf16"] != by_name["route_stage_k1_i32_f64"]
+
+
+@pytest.mark.timeout(900)
+def test_the_dsl_memos_leave_every_kernels_machine_code_as_it_was(
+        gate_results, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate traces with ``tests.harness.dsl_memos`` (as every test process does); the same
+    gate without them (``MEGAMOE_DSL_MEMOS=0``) gives every one of its kernels the same
+    machine code. (``tests/host/test_dsl_memos.py`` compares locations and MLIR too, on two
+    kernels, and shows wrong memo keys caught.)"""
+    assert dsl_memos.memos_in_effect(), "the gate ran without the memos: nothing to compare"
+    monkeypatch.setenv(dsl_memos.MEMOS_ENV, "0")
+    without = run_gate(sys.executable, ROOT, tmp_path / "cubins")
+    as_dicts = [[{"name": r.name, "code": r.code} for r in rs] for rs in (gate_results, without)]
+    assert len(without) == len(gate_results) and all(r.ok for r in without)
+    assert code_changes(*as_dicts) == []
 
 
 def test_code_changes_names_every_kernel_that_differs_or_is_missing() -> None:
