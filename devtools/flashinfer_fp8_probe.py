@@ -199,7 +199,8 @@ def survey(backend: MoEBackend, name: str, dev: torch.device) -> dict[int, float
     from tests.layer_check import build_layer
 
     w13_all, w2_all = layer_weights(0, E, H, INTER)
-    layer = build_layer(backend, LayerSpec(MoEConfig(name, E, K, H, INTER), max(SURVEY)[0]),
+    capacity = max(t for t, _ in SURVEY)
+    layer = build_layer(backend, LayerSpec(MoEConfig(name, E, K, H, INTER), capacity),
                         w13_all, w2_all, dev)
     worst: dict[int, float] = {}
     for i, (t, seed) in enumerate(SURVEY):

@@ -43,6 +43,8 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tests.harness.compile_share import dsl_version
+
 MEMOS_ENV = "MEGAMOE_DSL_MEMOS"
 """``0``: leave the DSL's lookups as they are (module docstring)."""
 OP_MODULE = "cutlass.base_dsl._mlir_helpers.op"
@@ -165,14 +167,8 @@ def memos_in_effect(environ: Mapping[str, str] = os.environ) -> bool:
     return memos_wanted(environ) and _dsl_version() in KNOWN_DSL_VERSIONS
 
 
-@functools.cache
-def _dsl_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("nvidia-cutlass-dsl")
-    except PackageNotFoundError:
-        return None
+_dsl_version = functools.cache(dsl_version)
+"""The installed DSL's version, read once (``install`` runs at every test's setup)."""
 
 
 def _is_memo(f: object) -> bool:

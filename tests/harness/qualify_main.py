@@ -107,6 +107,12 @@ def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
     the tools together, plus ``workers`` xdist workers beside ``single``;
     ``RunContext.cpu_sharers``)."""
     runs: list[SuiteRun] = []
+
+    def together(steps: Sequence[tuple[str, str | None]], sharers: int) -> list[SuiteRun]:
+        """``steps`` started at once, each told that ``sharers`` processes share the CPU."""
+        with ThreadPoolExecutor(max_workers=len(steps)) as pool:
+            return list(pool.map(lambda step: run(*step, sharers=sharers), steps))
+
     i = 0
     while i < len(plan):
         j = i + 1 if plan[i] == ("single", None) and sanitizers_beside else i
@@ -118,24 +124,19 @@ def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
 
             def sanitizers(tools: Sequence[tuple[str, str | None]] = tools,
                            done: list[SuiteRun] = done) -> None:
-                with ThreadPoolExecutor(max_workers=len(tools)) as pool:
-                    done.extend(pool.map(
-                        lambda step: run(*step, sharers=len(tools) + workers), tools))
+                done.extend(together(tools, len(tools) + workers))
 
             print(f"qualify.py: single started, sanitize ({', '.join(str(t) for _, t in tools)})"
                   " beside its xdist phase", flush=True)
             batch = [run("single", None, sanitizers)]
             if not done:  # the suite had no xdist phase to run them beside: run them now
-                together = len(tools)
-                with ThreadPoolExecutor(max_workers=together) as pool:
-                    done.extend(pool.map(lambda s, n=together: run(*s, sharers=n), tools))
+                done.extend(together(tools, len(tools)))
             batch += done
             i = j
         elif j - i > 1:
             print(f"qualify.py: sanitize ({', '.join(str(t) for _, t in plan[i:j])}) started",
                   flush=True)
-            with ThreadPoolExecutor(max_workers=j - i) as pool:
-                batch = list(pool.map(lambda step, n=j - i: run(*step, sharers=n), plan[i:j]))
+            batch = together(plan[i:j], j - i)
             i = j
         else:
             name, tool = plan[i]
