@@ -49,6 +49,11 @@
 # so; docs/qualification.md): the whole single in three shards passed with it on an H100 in
 # 662 s against 717 s (2026-12-05); with each xdist worker at its share of the cores
 # (qualify.py --workers, 2026-12-06) in 334 s. MEGAMOE_SHARE_COMPILES=0 leaves it off.
+# sanitize, gpu and seed pass --sanitize-workers 3 (MEGAMOE_SANITIZE_WORKERS): each tool runs
+# three of its cases at once, each its own process under the tool at its share of the cores
+# (before 2026-12-06 one after the other: a tool's 18 cases took 214-251 s on the H100).
+# seed passes --workers 12 (MEGAMOE_SEED_WORKERS) and --share-compiles to its single part,
+# as single gets them (before 2026-12-06 the part ran in one process: 248 s for mega_sm107).
 # MEGAMOE_QUALIFY_EXTRA: options added to every qualify.py run of the call, e.g.
 # `MEGAMOE_QUALIFY_EXTRA=--group-compiles bash devtools/device_qualify.sh single 1/3`.
 # Every qualify.py run gets --wall-budget: what is left until MEGAMOE_CALL_END (epoch seconds;
@@ -74,6 +79,7 @@ export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=p
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
 share=(--share-compiles)
 if [ "${MEGAMOE_SHARE_COMPILES:-1}" = 0 ]; then share=(); fi
+case_workers=(--sanitize-workers "${MEGAMOE_SANITIZE_WORKERS:-3}")
 # a fresh $Q each call: on a warm machine an earlier call's statuses and records are still
 # there, and its failed suite would fail this call (or its records come back again)
 rm -rf "$Q"
@@ -94,7 +100,7 @@ case "$what" in
       case " $tools " in *" $2 "*) tools=$2 ;; *) echo "unknown tool: $2 (one of: $tools)"; exit 2 ;; esac
     fi
     for t in $tools; do
-      (qualify --suite sanitize --sanitizer-tool "$t" --require-arch sm_90 \
+      (qualify --suite sanitize --sanitizer-tool "$t" "${case_workers[@]}" --require-arch sm_90 \
          --timeout "${MEGAMOE_SANITIZE_TIMEOUT:-420}" --output-dir "$Q/san-$t" > "$Q/san-$t.log" 2>&1
        echo "$t rc=$?" >> "$Q/rc.txt") &
     done
@@ -113,14 +119,15 @@ case "$what" in
     name=${2:?usage: seed mega_sm107|mega_sm90_mxfp4 [P [PARTS]]}
     parts=()
     if [ -n "${4:-}" ]; then parts=(--parts "$4"); fi
-    qualify --suite "$name" --world-size "${3:-2}" "${parts[@]}" --require-arch sm_90 \
+    qualify --suite "$name" --world-size "${3:-2}" "${parts[@]}" "${share[@]}" \
+      --workers "${MEGAMOE_SEED_WORKERS:-12}" "${case_workers[@]}" --require-arch sm_90 \
       --timeout "${MEGAMOE_SEED_TIMEOUT:-500}" --output-dir "$Q/$name" > "$Q/$name.log" 2>&1
     echo "$name rc=$?" >> "$Q/rc.txt"
     tag=$name${4:+-${4//,/-}} ;;
   gpu)
     shard=()
     if [ -n "${2:-}" ]; then shard=(--shard "$2"); fi
-    qualify --suite gpu "${share[@]}" --sanitizers-beside --require-arch sm_90 \
+    qualify --suite gpu "${share[@]}" "${case_workers[@]}" --sanitizers-beside --require-arch sm_90 \
       --workers "${MEGAMOE_SINGLE_WORKERS:-12}" --timeout "${MEGAMOE_GPU_TIMEOUT:-560}" \
       "${shard[@]}" --output-dir "$Q/gpu" > "$Q/gpu.log" 2>&1
     echo "gpu ${2:-} rc=$?" >> "$Q/rc.txt"

@@ -23,9 +23,11 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -251,36 +253,57 @@ def run_tool(
     deadline: float | None = None,
     on_case: Callable[[CaseResult, int, int], None] | None = None,
     env: Mapping[str, str] | None = None,
+    workers: int = 1,
 ) -> ToolRun:
     """Planted case first (must be caught), then every declared case (must be clean).
 
     ``deadline`` is a ``time.monotonic()`` instant bounding the whole tool run;
-    a case that would outlive it is cut short and the run is a ``timeout``. ``on_case(result,
-    done, total)`` is called as each case finishes (progress for the caller). ``env``: extra
-    environment of every case's process (``run_case``).
+    a case that would outlive it is cut short and the run is a ``timeout``; a case not
+    started by then does not run. ``on_case(result, done, total)`` is called as each case
+    finishes (progress for the caller). ``env``: extra environment of every case's process
+    (``run_case``). ``workers``: how many cases run at once (each its own process under the
+    tool, on the one GPU; their logs and reports are named by case, so they never share a
+    file); they start in plan order, and the results come back in plan order whatever order
+    they finish in.
     """
+    if workers < 1:
+        raise ValueError(f"workers: expected at least 1 case at a time, got {workers}")
     out_dir.mkdir(parents=True, exist_ok=True)
     tool = coverage.tool
     clean_ids = expand_cases(python, coverage.cases, root=root, keyword=keyword,
                              markexpr=coverage.markexpr, exclude=coverage.exclude)
     plan = [(coverage.planted, EXPECT_CAUGHT)] + [(c, EXPECT_CLEAN) for c in clean_ids]
-    results: list[CaseResult] = []
-    for node_id, expect in plan:
+    finished: list[CaseResult] = []
+    lock = threading.Lock()
+    stop = threading.Event()  # a case timed out at the deadline: start no other
+
+    def one(node_id: str, expect: str) -> CaseResult | None:
         budget = case_timeout_s
         if deadline is not None:
             budget = min(budget, deadline - time.monotonic())
-            if budget <= 0:
-                return ToolRun(tool, "timeout", f"{tool}: suite timeout before {node_id}",
-                               tuple(results))
+        if stop.is_set() or budget <= 0:
+            return None
         report = coverage.planted_report if expect == EXPECT_CAUGHT else None
         result = run_case(tool, node_id, expect, exe=exe, python=python, root=root,
                           out_dir=out_dir, timeout_s=budget, expect_report=report, env=env)
-        results.append(result)
-        if on_case is not None:
-            on_case(result, len(results), len(plan))
+        with lock:
+            finished.append(result)
+            if on_case is not None:
+                on_case(result, len(finished), len(plan))
         if result.timed_out and deadline is not None and time.monotonic() >= deadline:
-            return ToolRun(tool, "timeout", f"{tool}: suite timeout in {node_id}", tuple(results))
-    return ToolRun(tool, *tool_verdict(tool, results), tuple(results))
+            stop.set()
+        return result
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        ran = list(pool.map(lambda case: one(*case), plan))
+    results = tuple(r for r in ran if r is not None)
+    missed = [node_id for (node_id, _), r in zip(plan, ran, strict=True) if r is None]
+    if stop.is_set():
+        cut = next(r.case for r in results if r.timed_out)
+        return ToolRun(tool, "timeout", f"{tool}: suite timeout in {cut}", results)
+    if missed:
+        return ToolRun(tool, "timeout", f"{tool}: suite timeout before {missed[0]}", results)
+    return ToolRun(tool, *tool_verdict(tool, results), results)
 
 
 def tool_verdict(tool: str, results: Sequence[CaseResult]) -> tuple[str, str]:
@@ -336,7 +359,11 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--output-dir", type=Path, default=Path("out/sanitize"))
     ap.add_argument("-k", "--filter", dest="keyword", default=None)
     ap.add_argument("--case-timeout", type=float, default=DEFAULT_CASE_TIMEOUT_S)
+    ap.add_argument("--workers", type=int, default=1,
+                    help="cases under the tool at once (default 1)")
     args = ap.parse_args(list(argv))
+    if args.workers < 1:
+        ap.error(f"--workers must be >= 1, got {args.workers}")
     exe = find_compute_sanitizer()
     if exe is None:
         print("compute-sanitizer not found on PATH, in CUDA_HOME or /usr/local/cuda",
@@ -345,7 +372,7 @@ def main(argv: Sequence[str]) -> int:
     root = Path(__file__).resolve().parents[1]
     run = run_tool(SANITIZE_COVERAGE[args.tool], exe=exe, python=sys.executable, root=root,
                    out_dir=args.output_dir, keyword=args.keyword,
-                   case_timeout_s=args.case_timeout)
+                   case_timeout_s=args.case_timeout, workers=args.workers)
     write_junit(run, args.output_dir / f"sanitize-{args.tool}.junit.xml")
     (args.output_dir / f"sanitize-{args.tool}.json").write_text(
         json.dumps(run.as_dict(), indent=2)

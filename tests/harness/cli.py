@@ -63,6 +63,10 @@ class QualifyArgs:
     """``--share-compiles``: every process of the run compiles a kernel only where no other
     has compiled it yet (``tests.harness.compile_share``: the DSL's file cache in a fresh
     directory of the run's own)."""
+    sanitize_workers: int = 1
+    """``--sanitize-workers``: how many cases each sanitizer tool runs at once, each its own
+    process under the tool (``sanitizers.wrapper.run_tool``); their thread share counts them
+    (``qualify_main.execute``)."""
     wall_budget: float | None = None
     """``--wall-budget``: seconds for the whole run, or None: no bound but ``--timeout``'s.
     Every suite and phase gets at most what is left of it (``suite_run.within_budget``), so
@@ -91,6 +95,7 @@ class QualifyArgs:
             "wall_budget": self.wall_budget,
             "group_compiles": self.group_compiles,
             "share_compiles": self.share_compiles,
+            "sanitize_workers": self.sanitize_workers,
         }
 
 
@@ -138,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="exclusive GPU suites (single): run the tests not marked "
                     "'timing' in this many pytest-xdist workers, then the 'timing' tests alone "
                     "(recorded; default 1: one process)")
+    ap.add_argument("--sanitize-workers", type=int, default=1, metavar="K",
+                    help="each compute-sanitizer tool (sanitize suite, a seed suite's sanitize "
+                    "part) runs K of its cases at once, each its own process on the one GPU; "
+                    "the record says so (default 1: one after the other)")
     ap.add_argument("--shard", metavar="I/N",
                     help=f"{' or '.join(SHARDED_SUITES)}: run shard I of N of single's tests (gpu: "
                     "the sanitizer tools run whole; the ledger needs passing records of all N "
@@ -190,6 +199,8 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
         ap.error(f"--wall-budget must be > 0 seconds, got {ns.wall_budget}")
     if ns.workers < 1:
         ap.error(f"--workers must be >= 1, got {ns.workers}")
+    if ns.sanitize_workers < 1:
+        ap.error(f"--sanitize-workers must be >= 1, got {ns.sanitize_workers}")
     shard = None
     if ns.shard is not None:
         if ns.suite not in SHARDED_SUITES:
@@ -230,4 +241,4 @@ def parse_args(argv: Sequence[str]) -> QualifyArgs:
                        ns.sanitizer_tool, ns.require_arch, ns.check_ledger, ns.workers, shard,
                        ns.backend, ns.mutants, tiers, ns.moe_backend, ns.sanitizers_beside, parts,
                        group_compiles=ns.group_compiles, share_compiles=ns.share_compiles,
-                       wall_budget=ns.wall_budget)
+                       wall_budget=ns.wall_budget, sanitize_workers=ns.sanitize_workers)

@@ -96,7 +96,8 @@ def runs_beside_others(step: tuple[str, str | None]) -> bool:
 
 
 def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
-            sanitizers_beside: bool = False, workers: int = 1) -> list[SuiteRun]:
+            sanitizers_beside: bool = False, workers: int = 1,
+            case_workers: int = 1) -> list[SuiteRun]:
     """Run the plan in order, except that consecutive sanitizer runs start together (they
     may share the GPU, and together take about as long as one) after everything before them
     has finished: ``single`` and ``multi`` hold timing tests and need the GPU alone
@@ -104,8 +105,8 @@ def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
     sanitizer runs that follow ``single`` start with its xdist phase instead, and its timing
     phase waits for them (``suite_run.run_split``). Results come back in plan order. Each
     sanitizer run is told how many test processes share the CPU with its own (``sharers``:
-    the tools together, plus ``workers`` xdist workers beside ``single``;
-    ``RunContext.cpu_sharers``)."""
+    ``case_workers`` cases of each tool together (``--sanitize-workers``), plus ``workers``
+    xdist workers beside ``single``; ``RunContext.cpu_sharers``)."""
     runs: list[SuiteRun] = []
 
     def together(steps: Sequence[tuple[str, str | None]], sharers: int) -> list[SuiteRun]:
@@ -124,24 +125,25 @@ def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
 
             def sanitizers(tools: Sequence[tuple[str, str | None]] = tools,
                            done: list[SuiteRun] = done) -> None:
-                done.extend(together(tools, len(tools) + workers))
+                done.extend(together(tools, len(tools) * case_workers + workers))
 
             print(f"qualify.py: single started, sanitize ({', '.join(str(t) for _, t in tools)})"
                   " beside its xdist phase", flush=True)
             batch = [run("single", None, sanitizers)]
             if not done:  # the suite had no xdist phase to run them beside: run them now
-                done.extend(together(tools, len(tools)))
+                done.extend(together(tools, len(tools) * case_workers))
             batch += done
             i = j
         elif j - i > 1:
             print(f"qualify.py: sanitize ({', '.join(str(t) for _, t in plan[i:j])}) started",
                   flush=True)
-            batch = together(plan[i:j], j - i)
+            batch = together(plan[i:j], (j - i) * case_workers)
             i = j
         else:
             name, tool = plan[i]
             print(f"qualify.py: {name}{f' ({tool})' if tool else ''} started", flush=True)
-            batch = [run(*plan[i])]
+            batch = [run(*plan[i], sharers=case_workers) if runs_beside_others(plan[i])
+                     else run(*plan[i])]
             i += 1
         for r in batch:
             print(r.message, flush=True)
@@ -286,14 +288,15 @@ def main(
     ctx = RunContext(root, python, out, args.filter, args.timeout, args.world_size,
                      args.mode or "", neighbour_watch, args.workers, args.shard,
                      args.backend or "", args.mutants, args.mutant_tiers,
-                     group_compiles=args.group_compiles, deadline=deadline)
+                     group_compiles=args.group_compiles, deadline=deadline,
+                     sanitize_workers=args.sanitize_workers)
     with terminate_groups_on_signals(), moe_backend_env(str(args.moe_backend)), \
             shared_compiles(args.share_compiles):
         runs = execute(plan, lambda name, tool, beside=None, sharers=1: run_one(
             name, tool, within_budget(dataclasses.replace(ctx, beside=beside,
                                                           cpu_sharers=sharers)),
             suites, coverage),
-            args.sanitizers_beside, args.workers)
+            args.sanitizers_beside, args.workers, args.sanitize_workers)
     status = overall_status(runs)
     final = {**record, "status": status, "finished_at": utc_now(),
              "suites": [r.as_dict() for r in runs]}

@@ -83,6 +83,9 @@ class RunContext:
     sanitizer tools that run together, and ``single``'s xdist workers when they run beside
     them (``qualify_main.execute``). Above 1, each sanitized case's process gets its share of
     the cores as its thread count (``worker_env``), as each xdist worker does."""
+    sanitize_workers: int = 1
+    """``--sanitize-workers``: how many of a sanitizer tool's cases run at once
+    (``sanitizers.wrapper.run_tool``)."""
 
 
 MIN_SUITE_TIMEOUT_S = 1.0
@@ -528,7 +531,8 @@ def run_sanitize(coverage: SanitizerCoverage, ctx: RunContext, exe: str) -> Suit
 
     threads = worker_env(None, ctx.cpu_sharers) if ctx.cpu_sharers > 1 else {}
     run = run_tool(coverage, exe=exe, python=ctx.python, root=ctx.root, out_dir=tool_dir,
-                   keyword=ctx.filter, deadline=deadline, on_case=progress, env=threads)
+                   keyword=ctx.filter, deadline=deadline, on_case=progress, env=threads,
+                   workers=ctx.sanitize_workers)
     junit = ctx.out_dir / f"sanitize-{coverage.tool}.junit.xml"
     write_junit(run, junit)
     counts = parse_junit(junit)
@@ -541,7 +545,7 @@ def run_sanitize(coverage: SanitizerCoverage, ctx: RunContext, exe: str) -> Suit
         tuple(r.command for r in run.results), counts.as_dict(), (_rel(ctx, junit),),
         tuple(_rel(ctx, Path(r.log)) for r in run.results),
         {"tool": coverage.tool, "sanitizer": run.as_dict(), "cpu_sharers": ctx.cpu_sharers,
-         "case_cpu_threads": _in_effect(threads)},
+         "case_cpu_threads": _in_effect(threads), "case_workers": ctx.sanitize_workers},
     )
 
 

@@ -148,6 +148,34 @@ def test_each_sanitizer_run_is_told_how_many_processes_share_the_cpu_with_it() -
     assert lone.sharers["sanitize-memcheck"] == 1
 
 
+def test_several_cases_of_each_tool_at_once_count_in_the_cpu_share() -> None:
+    """``--sanitize-workers 3``: each tool runs three cases at once, so the four tools
+    together are twelve processes, beside 12 xdist workers twenty-four, a lone tool three;
+    the exclusive suites are still not told to share."""
+    rec = Recorder(0.01)
+    execute(PLAN, rec, case_workers=3)
+    assert {rec.sharers[f"sanitize-{t}"] for t in SANITIZER_TOOLS} == {3 * len(SANITIZER_TOOLS)}
+    assert rec.sharers["single"] == rec.sharers["multi"] == rec.sharers["host"] == 1
+    beside = SplitRecorder(0.01)
+    execute([("single", None)] + [("sanitize", t) for t in SANITIZER_TOOLS], beside,
+            sanitizers_beside=True, workers=12, case_workers=3)
+    assert {beside.sharers[f"sanitize-{t}"] for t in SANITIZER_TOOLS} == {
+        3 * len(SANITIZER_TOOLS) + 12}
+    lone = Recorder(0.01)
+    execute([("single", None), ("sanitize", "memcheck")], lone, case_workers=3)
+    assert (lone.sharers["single"], lone.sharers["sanitize-memcheck"]) == (1, 3)
+
+
+def test_sanitize_workers_is_recorded_and_below_one_refused(capsys) -> None:  # type: ignore[no-untyped-def]
+    args = parse_args(["--suite", "sanitize", "--sanitizer-tool", "memcheck", "--output-dir",
+                       "o", "--sanitize-workers", "3"])
+    assert args.sanitize_workers == 3 and args.as_dict()["sanitize_workers"] == 3
+    assert parse_args(["--suite", "gpu", "--output-dir", "o"]).sanitize_workers == 1
+    with pytest.raises(SystemExit):
+        parse_args(["--suite", "gpu", "--output-dir", "o", "--sanitize-workers", "0"])
+    assert "--sanitize-workers must be >= 1, got 0" in capsys.readouterr().err
+
+
 def test_without_the_option_single_and_the_sanitizers_never_overlap() -> None:
     rec = SplitRecorder()
     execute([("single", None), ("sanitize", "memcheck")], rec)

@@ -40,15 +40,19 @@ printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${opt[--tool]}" "${opt[--error-exitco
   "${opt[--target-processes]}" "${opt[--report-api-errors]}" \
   "$PYTORCH_NO_CUDA_MEMORY_CACHING" "$MEGAMOE_SANITIZER_TOOL" "${OMP_NUM_THREADS:-unset}" \
   "$*" >>"$FAKE_SANITIZER_CALLS"
+[[ -n "$FAKE_SANITIZER_SPANS" ]] && echo "start $node $(date +%s.%N)" >>"$FAKE_SANITIZER_SPANS"
+sleep "${FAKE_SANITIZER_SLEEP:-0}"
 echo "========= COMPUTE-SANITIZER"
 rc=0; errors=0
 case "$node" in
   *::test_planted) errors=3 ;;
+  *::test_clean) sleep "${FAKE_SANITIZER_CLEAN_SLEEP:-0}"; echo "1 passed" ;;
   *::test_fails) echo "1 failed"; rc=1 ;;
   *::test_hangs) sleep 120 ;;
   *) echo "1 passed" ;;
 esac
 for ((i = 0; i < errors; i++)); do echo "========= Invalid __global__ write of size 4 bytes"; done
+[[ -n "$FAKE_SANITIZER_SPANS" ]] && echo "end $node $(date +%s.%N)" >>"$FAKE_SANITIZER_SPANS"
 [[ "$FAKE_SANITIZER_MODE" == no-summary ]] && exit $rc
 echo "========= ERROR SUMMARY: $errors errors"
 ((errors)) && exit "${opt[--error-exitcode]}"
@@ -144,6 +148,88 @@ def test_each_test_runs_in_its_own_process(tree: Path) -> None:
     targets = [c["argv"].split()[3] for c in calls(tree)]
     assert targets == ["t/test_cases.py::test_planted", "t/test_cases.py::test_clean",
                        "t/test_cases.py::test_clean_too"]
+
+
+def most_at_once(spans: Path) -> int:
+    """The largest number of fake tool processes alive together, from their start and end
+    lines."""
+    events = sorted((float(t), +1 if what == "start" else -1)
+                    for what, _, t in (line.split() for line in spans.read_text().splitlines()))
+    alive = peak = 0
+    for _, step in events:
+        alive += step
+        peak = max(peak, alive)
+    return peak
+
+
+FOUR = ("t/test_cases.py::test_clean", "t/test_cases.py::test_clean_too",
+        "t/test_marked.py::test_designated", "t/test_marked.py::test_unmarked")
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_cases_run_at_most_workers_at_once(tree: Path, monkeypatch, workers: int) -> None:  # type: ignore[no-untyped-def]
+    """``run_tool(workers=K)`` (qualify.py ``--sanitize-workers``): K case processes at a
+    time, never more, and with K = 1 one after the other as before."""
+    spans = tree.parent / "spans.txt"
+    monkeypatch.setenv("FAKE_SANITIZER_SPANS", str(spans))
+    monkeypatch.setenv("FAKE_SANITIZER_SLEEP", "1")
+    run = tool_run(tree, coverage(cases=FOUR), workers=workers)
+    assert run.status == "pass", run.message
+    assert len(run.results) == 5
+    assert most_at_once(spans) == workers
+
+
+def test_results_come_back_in_plan_order_whatever_order_the_cases_end_in(tree, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The slow first clean case ends last, yet the record lists the cases as planned; the
+    progress callback sees them as they end, counting up."""
+    monkeypatch.setenv("FAKE_SANITIZER_CLEAN_SLEEP", "2")
+    seen: list[tuple[str, int, int]] = []
+    run = tool_run(tree, coverage(cases=FOUR), workers=5,
+                   on_case=lambda r, done, total: seen.append((r.case, done, total)))
+    assert run.status == "pass", run.message
+    assert [r.case for r in run.results] == ["t/test_cases.py::test_planted", *FOUR]
+    assert seen[-1][0] == "t/test_cases.py::test_clean"
+    assert sorted(case for case, *_ in seen) == sorted(r.case for r in run.results)
+    assert [(done, total) for _, done, total in seen] == [(i, 5) for i in range(1, 6)]
+
+
+def test_a_case_at_the_deadline_with_others_beside_it_ends_the_tool_run_as_a_timeout(tree) -> None:  # type: ignore[no-untyped-def]
+    """Several at once keep the deadline: the hanging case is cut there, the run is a
+    timeout naming it, and nothing waits for the hang's own 120 s."""
+    t0 = time.monotonic()
+    run = tool_run(tree, coverage(cases=("t/test_cases.py::test_hangs", *FOUR)), workers=2,
+                   deadline=time.monotonic() + 4)
+    assert time.monotonic() - t0 < 60
+    assert run.status == "timeout"
+    assert run.message == "memcheck: suite timeout in t/test_cases.py::test_hangs"
+    hung = next(r for r in run.results if r.case.endswith("test_hangs"))
+    assert hung.timed_out and not hung.ok
+
+
+def test_qualifys_sanitize_run_takes_its_case_workers_and_records_them(tree, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``run_sanitize`` under ``RunContext.sanitize_workers`` (qualify.py
+    ``--sanitize-workers``): that many cases at once, each at its share of the cores, and the
+    record says both."""
+    from tests.harness.suite_run import THREAD_VARIABLES, RunContext, run_sanitize, worker_threads
+
+    for v in THREAD_VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    spans = tree.parent / "spans.txt"
+    monkeypatch.setenv("FAKE_SANITIZER_SPANS", str(spans))
+    monkeypatch.setenv("FAKE_SANITIZER_SLEEP", "1")
+    ctx = RunContext(tree, sys.executable, tree.parent / "q", sanitize_workers=2, cpu_sharers=8)
+    run = run_sanitize(coverage(cases=FOUR), ctx, exe(tree)).as_dict()
+    assert run["status"] == "pass", run["message"]
+    assert most_at_once(spans) == 2
+    share = str(worker_threads(8))
+    assert (run["case_workers"], run["cpu_sharers"], run["case_cpu_threads"]) == (2, 8, share)
+    assert {c["threads"] for c in calls(tree)} == {share}
+
+
+def test_workers_below_one_are_refused_before_any_case(tree: Path) -> None:
+    with pytest.raises(ValueError, match="at least 1 case at a time, got 0"):
+        tool_run(tree, coverage(), workers=0)
+    assert calls(tree) == []
 
 
 def test_declared_paths_expand_into_one_case_per_test(tree: Path) -> None:
