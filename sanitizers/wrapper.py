@@ -11,6 +11,8 @@ Contract:
   ``unknown``: a failure.
 - A case expected ``caught`` (a planted bug) passes only when the summary
   reports at least one error: it proves the tool is wired right in this run.
+- At most ``sanitizers.slots.slots()`` cases run under the tool at once on the machine,
+  whatever runs them (``sanitizers.slots``); the wait counts against the case's timeout.
 - A tool run (``run_tool``) fails when the planted case is not caught, when
   any clean case fails, or when no clean case ran (strict: an empty
   selection is a failure).
@@ -31,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sanitizers.slots import sanitizer_slot, slots
 from sanitizers.summary import STATUS_PASS, SanitizerSummary, parse_summary
 from tests.harness.json_fields import json_fields
 from tests.harness.runner import TIMEOUT_EXIT, run_process
@@ -212,7 +215,17 @@ def run_case(
         exe, tool, pytest_case_command(python, node_id, junit), leak_check=leak_check
     )
     full = {**os.environ, **(env or {}), UNCACHED_ALLOCATOR_ENV: "1", SANITIZER_TOOL_ENV: tool}
-    proc = run_process(cmd, cwd=root, log_path=log, timeout_s=timeout_s, env=full)
+    with sanitizer_slot(timeout_s) as waited:
+        if waited is None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(f"$ {' '.join(cmd)}\nnot started: no compute-sanitizer slot of "
+                           f"{slots()} came free within the case's {timeout_s:.1f} s "
+                           f"(sanitizers.slots)\n", encoding="utf-8")
+            return CaseResult(tool, node_id, expect, False,
+                              f"timed out waiting {timeout_s:.1f} s for a compute-sanitizer "
+                              f"slot", parse_summary("", tool), TIMEOUT_EXIT, True,
+                              timeout_s, str(log), tuple(cmd))
+        proc = run_process(cmd, cwd=root, log_path=log, timeout_s=timeout_s - waited, env=full)
     text = log.read_text(encoding="utf-8", errors="replace")
     summary = parse_summary(text, tool)
     ok, reason = judge_case(expect, summary, proc.returncode, proc.timed_out)

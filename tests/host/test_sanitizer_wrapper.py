@@ -12,10 +12,12 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from sanitizers.slots import SLOTS_DIR_ENV, SLOTS_ENV, sanitizer_slot, slots
 from sanitizers.wrapper import (
     EXPECT_CAUGHT,
     EXPECT_CLEAN,
@@ -79,6 +81,7 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                              "def test_planted_target(): pass\n"})
     write_executable(tmp_path / "compute-sanitizer", FAKE_TOOL)
     monkeypatch.setenv("FAKE_SANITIZER_CALLS", str(tmp_path / "calls.jsonl"))
+    monkeypatch.setenv(SLOTS_DIR_ENV, str(tmp_path / "slots"))  # this test's own slots
     return root
 
 
@@ -224,6 +227,64 @@ def test_qualifys_sanitize_run_takes_its_case_workers_and_records_them(tree, mon
     share = str(worker_threads(8))
     assert (run["case_workers"], run["cpu_sharers"], run["case_cpu_threads"]) == (2, 8, share)
     assert {c["threads"] for c in calls(tree)} == {share}
+
+
+def test_no_more_cases_run_at_once_than_the_machine_has_sanitizer_slots(tree, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Two tool runs side by side, four cases at once each, on a machine of three slots:
+    never more than three tool processes alive (``sanitizers.slots``; on the H100 twelve at
+    once left nine hanging unattached)."""
+    spans = tree.parent / "spans.txt"
+    monkeypatch.setenv("FAKE_SANITIZER_SPANS", str(spans))
+    monkeypatch.setenv("FAKE_SANITIZER_SLEEP", "1")
+    monkeypatch.setenv(SLOTS_ENV, "3")
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda i: run_tool(
+            coverage(cases=FOUR), exe=exe(tree), python=sys.executable, root=tree,
+            out_dir=tree.parent / f"out{i}", workers=4), [0, 1]))
+    assert [r.status for r in runs] == ["pass", "pass"], [r.message for r in runs]
+    assert most_at_once(spans) == 3
+
+
+def test_a_case_that_gets_no_slot_in_its_time_fails_as_timed_out_without_starting(tree, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(SLOTS_ENV, "1")
+    t0 = time.monotonic()
+    with sanitizer_slot(None) as waited:  # someone else holds the machine's one slot
+        assert waited is not None
+        res = run_case("memcheck", "t/test_cases.py::test_clean", EXPECT_CLEAN, exe=exe(tree),
+                       python=sys.executable, root=tree, out_dir=tree.parent / "out",
+                       timeout_s=1.0)
+    assert 1.0 <= time.monotonic() - t0 < 30
+    assert not res.ok and res.timed_out and res.returncode == 124
+    assert res.reason == "timed out waiting 1.0 s for a compute-sanitizer slot"
+    assert "not started: no compute-sanitizer slot of 1" in Path(res.log).read_text()
+    assert calls(tree) == []  # the tool never ran
+
+
+def test_a_slot_comes_free_when_its_holder_is_killed(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The kernel drops a dead process's lock: a run killed mid-case leaves no slot taken."""
+    monkeypatch.setenv(SLOTS_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(SLOTS_ENV, "1")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom sanitizers.slots import sanitizer_slot\n"
+         "with sanitizer_slot(None):\n    print('held', flush=True)\n    time.sleep(600)"],
+        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with sanitizer_slot(0.5) as waited:
+            assert waited is None  # taken while the holder lives
+        holder.kill()
+        holder.wait(30)
+        with sanitizer_slot(10.0) as waited:
+            assert waited is not None and waited < 10.0
+    finally:
+        holder.kill()
+
+
+@pytest.mark.parametrize("raw", ["0", "-2", "eight"])
+def test_a_bad_slot_count_is_refused(monkeypatch, raw: str) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(SLOTS_ENV, raw)
+    with pytest.raises(ValueError, match=r"\$MEGAMOE_SANITIZER_SLOTS: expected"):
+        slots()
 
 
 def test_workers_below_one_are_refused_before_any_case(tree: Path) -> None:
