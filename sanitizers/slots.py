@@ -1,16 +1,19 @@
 """How many compute-sanitizer processes run at once on this machine: a semaphore of lock files.
 
-Found on an H100 (2026-12-06): with twelve sanitized cases started together (four tools,
-three cases each, ``qualify.py --sanitize-workers 3``) beside ``single``'s xdist phase, whose
-four tool self-tests start compute-sanitizer too, nine cases never ran: the tool printed
-"No attachable process found. compute-sanitizer timed-out" and then waited on its target
-until the case's timeout (542 s each). The same cases pass when at most four run together.
-compute-sanitizer's front end and its target meet over a TCP port from a small range (ten,
-as we read the tool's ``--port`` and ``--max-connections`` options; not checked further), so
-every process that starts the tool here takes a slot first: at most ``slots()`` of them run
-at once, across the threads of one run and the processes of several (xdist workers, tools
-side by side). A slot is a lock file held with ``fcntl.flock``: the kernel frees it when its
-holder exits, however it exits, so a killed run never leaves a slot taken.
+compute-sanitizer's front end and its target meet over a TCP port taken from a range of ten
+by default (2025.3.1's help: "--port arg (=49152) Base port for connecting to target
+application", "--max-connections arg (=10) Maximum number of ports"). Found on an H100
+(2026-12-06): with twelve sanitized cases started together (four tools, three cases each,
+``qualify.py --sanitize-workers 3``) beside ``single``'s xdist phase, whose four tool
+self-tests start compute-sanitizer too, nine cases never ran: the tool printed "No attachable
+process found. compute-sanitizer timed-out" and then waited on its target until the case's
+timeout (542 s each). With at most eight at once, none of 72 cases did so in the next run and
+one of 72 in the run after it, among the first eight started: the tool's 10 s launch timeout
+under that load was the other cause (``wrapper.LAUNCH_TIMEOUT_S``). So every process that starts the tool here takes a slot
+first: at most ``slots()`` of them run at once, across the threads of one run and the
+processes of several (xdist workers, tools side by side). A slot is a lock file held with
+``fcntl.flock``: the kernel frees it when its holder exits, however it exits, so a killed run
+never leaves a slot taken.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ SLOTS_DIR_ENV = "MEGAMOE_SANITIZER_SLOTS_DIR"
 """Where the lock files live (default ``<tmp>/megamoe-sanitizer-slots``): every process that
 shares the machine's compute-sanitizer ports must share it."""
 DEFAULT_SLOTS = 8
-"""Below the ten ports; four tools at once (one case each) passed in every run before."""
+"""Below the ten ports. The multi tier's sanitized ranks (``suite_run.run_multi``) take no
+slot: they run with the GPU alone, at most four."""
 POLL_S = 0.1
 
 

@@ -53,6 +53,13 @@ UNCACHED_ALLOCATOR_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
 """PyTorch's switch for its caching allocator: set for every case here (module contract);
 the multi tier's sanitizer cases remove it (``tests.harness.suite_run.run_multi``)."""
 DEFAULT_CASE_TIMEOUT_S = 600.0
+LAUNCH_TIMEOUT_S = 300
+"""``--launch-timeout``: how long the tool waits for its target to connect, which the target
+does when it first initialises CUDA (after Python, torch and pytest's collection have
+started). The tool's default, 10 s, was too short on a loaded machine: on an H100
+(2026-12-06) a case started with seven other sanitized cases and twelve xdist workers got "No
+attachable process found. compute-sanitizer timed-out", after which the tool waited on its
+target until the case's timeout (550 s). Every case is bounded by its own timeout anyway."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,8 @@ def sanitizer_command(
     cmd = [exe, "--tool", tool]
     if error_exitcode:
         cmd += ["--error-exitcode", str(SANITIZER_ERROR_EXITCODE)]
-    cmd += ["--target-processes", "application-only", *TOOL_OPTIONS.get(tool, ())]
+    cmd += ["--target-processes", "application-only", "--launch-timeout",
+            str(LAUNCH_TIMEOUT_S), *TOOL_OPTIONS.get(tool, ())]
     if leak_check:
         if tool != "memcheck":
             raise ValueError(f"leak_check: only memcheck checks leaks, got tool {tool!r}")

@@ -21,6 +21,7 @@ from sanitizers.slots import SLOTS_DIR_ENV, SLOTS_ENV, sanitizer_slot, slots
 from sanitizers.wrapper import (
     EXPECT_CAUGHT,
     EXPECT_CLEAN,
+    LAUNCH_TIMEOUT_S,
     SANITIZER_ERROR_EXITCODE,
     collect_node_ids,
     expand_cases,
@@ -38,8 +39,8 @@ FAKE_TOOL = r"""#!/bin/bash
 declare -A opt
 while [[ "$1" == --* ]]; do opt[$1]=$2; shift 2; done
 node="$4"
-printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${opt[--tool]}" "${opt[--error-exitcode]}" \
-  "${opt[--target-processes]}" "${opt[--report-api-errors]}" \
+printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "${opt[--tool]}" "${opt[--error-exitcode]}" \
+  "${opt[--target-processes]}" "${opt[--launch-timeout]}" "${opt[--report-api-errors]}" \
   "$PYTORCH_NO_CUDA_MEMORY_CACHING" "$MEGAMOE_SANITIZER_TOOL" "${OMP_NUM_THREADS:-unset}" \
   "$*" >>"$FAKE_SANITIZER_CALLS"
 [[ -n "$FAKE_SANITIZER_SPANS" ]] && echo "start $node $(date +%s.%N)" >>"$FAKE_SANITIZER_SPANS"
@@ -85,7 +86,7 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-_CALL_FIELDS = ("tool", "exitcode", "targets", "api_errors", "no_caching", "tool_env", "threads",
+_CALL_FIELDS = ("tool", "exitcode", "targets", "launch_timeout", "api_errors", "no_caching", "tool_env", "threads",
                 "argv")
 
 
@@ -125,6 +126,7 @@ def test_wrapper_passes_the_required_flags_and_environment(tree: Path) -> None:
     assert first["tool"] == "memcheck"
     assert first["exitcode"] == str(SANITIZER_ERROR_EXITCODE)
     assert first["targets"] == "application-only"
+    assert first["launch_timeout"] == str(LAUNCH_TIMEOUT_S) and LAUNCH_TIMEOUT_S >= 60
     assert first["api_errors"] == "no"
     assert first["no_caching"] == "1"
     assert first["tool_env"] == "memcheck"
