@@ -19,13 +19,10 @@
 #   tests/mutants/ (qualify.py --suite mutants --mutant-tiers single; "mutants host,single"
 #   for the whole catalog), each under MEGAMOE_MUTANT_TIMEOUT s
 #   run(command="bash devtools/device_qualify.sh gpu", ...): `single` and the four sanitizer
-#   tools in one record, the tools beside single's xdist phase (--sanitizers-beside), to
-#   measure the whole single-GPU verdict's wall time (MEGAMOE_GPU_TIMEOUT s per suite,
-#   default 560: the whole suite may not fit one device call, the record's time_profile
-#   still says where the time went); "gpu 1/3": shard 1 of 3 of `single` with the four tools
-#   whole beside it, then "single 2/3" and "single 3/3": single and sanitize in three calls
-#   (slower than the two apart, docs/engineering-notes.md "Qualification time": run single's
-#   shards and sanitize in calls of their own)
+#   tools in one record, the tools beside single's xdist phase (--sanitizers-beside): the
+#   whole single-GPU verdict in one call (an H100, 2026-12-06: 201 s, 216 s of call;
+#   MEGAMOE_GPU_TIMEOUT s per suite, default 560); "gpu 1/3": shard 1 of 3 of `single` with
+#   the four tools whole beside it, then "single 2/3" and "single 3/3"
 # A call returns at most 8 files from $OUT; qualify.py writes one log and one JUnit report
 # per suite or sanitized case (the sanitize suite about 25 per tool), so everything is
 # written under /tmp and $OUT gets: records/<suggested_record_name> (the records to commit
