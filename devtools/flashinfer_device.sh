@@ -31,8 +31,8 @@
 # the GPU machine's copy has a stale .git, devtools/README.md)
 # FlashInfer's JIT cache (the cake's build took about 145 s on the H200) lives under
 # $FLASHINFER_WORKSPACE_BASE (/tmp/fiws) and comes back as $OUT/fi-jit-cache.tgz; copy it to
-# .fi-jit/cache.tgz (git-ignored) and add ".fi-jit" to carry: the next call unpacks it and
-# touches its files, so ninja finds the outputs newer than the carried sources. With .flashinfer
+# .fi-jit/cache.tgz (git-ignored) and add ".fi-jit" to carry: the next call unpacks it with
+# its files' times and dates what it installs again back (devtools/jit_cache.py). With .flashinfer
 # packed (about 1 MiB) a cake call carrying .whl (40 MiB), .whl-fi (3 MiB), .flashinfer and
 # .fi-jit (about 7 MiB) is about 51 MiB before the tree (about 10 MiB tracked, 2026-12-05),
 # inside the 64 MiB a call takes; unpacked (11.6 MiB) it was over.
@@ -93,12 +93,14 @@ export PYTHONPATH=${PYTHONPATH:-}:/tmp/fisite MEGAMOE_FLASHINFER_ROOT=$FI_ROOT \
   MEGAMOE_PYTHON=python3 CUTE_DSL_CACHE_DIR=/tmp/cc \
   FLASHINFER_WORKSPACE_BASE=${MEGAMOE_FI_WORKSPACE:-/tmp/fiws}
 mkdir -p "$FLASHINFER_WORKSPACE_BASE"
-# Its files are dated a day ahead: FlashInfer writes its generated sources again on every run,
-# so with the outputs dated at the unpack ninja saw newer sources and rebuilt sm90_push_a2a and
-# two more (the H100, 2026-12-06: the clamp test alone ran past 150 s); not yet rerun.
+# The carried cache keeps its files' times (tar); what was installed again above (the tvm-ffi
+# headers, FlashInfer's sources) is dated 2020-01-01, older than every carried build
+# (devtools/jit_cache.py: with the headers written now, or the cache touched at the unpack as
+# before, ninja rebuilt sm90_push_a2a and two more on the H100 on 2026-12-06, over 150 s).
+python3 -m devtools.jit_cache date-back /tmp/fisite "$FI_ROOT" \
+  || echo "cannot date the installed packages back: the JIT may build from scratch"
 if [ -f .fi-jit/cache.tgz ]; then
   tar xzf .fi-jit/cache.tgz -C "$FLASHINFER_WORKSPACE_BASE" \
-    && find "$FLASHINFER_WORKSPACE_BASE" -type f -exec touch -d "@$(( $(date +%s) + 86400 ))" {} + \
     || echo "cannot unpack .fi-jit/cache.tgz: the JIT builds from scratch"
 fi
 bring_back_jit_cache() {
