@@ -82,14 +82,15 @@ else
   source .whl/prelude.sh || { echo "prelude failed"; exit 1; }
 fi
 export MEGAMOE_FLASHINFER_DSL_PATH=$FIDSL_PATH
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/fisite .whl-fi/*.whl \
+FI_SITE=${MEGAMOE_FI_SITE:-/tmp/fisite}
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$FI_SITE" .whl-fi/*.whl \
   || { echo "cannot install .whl-fi"; exit 1; }
 # FlashInfer's files travel packed (devtools/flashinfer_slim.py: 1.0 MiB against 11.6 unpacked)
 FI_ROOT=${MEGAMOE_FI_ROOT:-/tmp/fi-root}
 [ -f .flashinfer/flashinfer.tar.xz ] || { echo "no .flashinfer/flashinfer.tar.xz: python -m devtools.flashinfer_slim WHEEL .flashinfer, and carry .flashinfer"; exit 2; }
 rm -rf "$FI_ROOT" && unpack .flashinfer/flashinfer.tar.xz "$FI_ROOT" \
   || { echo "cannot unpack .flashinfer/flashinfer.tar.xz"; exit 1; }
-export PYTHONPATH=${PYTHONPATH:-}:/tmp/fisite MEGAMOE_FLASHINFER_ROOT=$FI_ROOT \
+export PYTHONPATH=${PYTHONPATH:-}:$FI_SITE MEGAMOE_FLASHINFER_ROOT=$FI_ROOT \
   MEGAMOE_PYTHON=python3 CUTE_DSL_CACHE_DIR=/tmp/cc \
   FLASHINFER_WORKSPACE_BASE=${MEGAMOE_FI_WORKSPACE:-/tmp/fiws}
 mkdir -p "$FLASHINFER_WORKSPACE_BASE"
@@ -97,7 +98,7 @@ mkdir -p "$FLASHINFER_WORKSPACE_BASE"
 # headers, FlashInfer's sources) is dated 2020-01-01, older than every carried build
 # (devtools/jit_cache.py: with the headers written now, or the cache touched at the unpack as
 # before, ninja rebuilt sm90_push_a2a and two more on the H100 on 2026-12-06, over 150 s).
-python3 -m devtools.jit_cache date-back /tmp/fisite "$FI_ROOT" \
+python3 -m devtools.jit_cache date-back "$FI_SITE" "$FI_ROOT" \
   || echo "cannot date the installed packages back: the JIT may build from scratch"
 if [ -f .fi-jit/cache.tgz ]; then
   tar xzf .fi-jit/cache.tgz -C "$FLASHINFER_WORKSPACE_BASE" \
