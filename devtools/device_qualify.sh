@@ -96,6 +96,12 @@ case "$what" in
     if [ -n "${2:-}" ]; then
       case " $tools " in *" $2 "*) tools=$2 ;; *) echo "unknown tool: $2 (one of: $tools)"; exit 2 ;; esac
     fi
+    # each tool is a qualify.py of its own that knows only its own cases: give every case its
+    # share of the cores among all the tools' (the caller's setting stands)
+    ntools=$(wc -w <<< "$tools")
+    threads=$(( $(nproc) / (ntools * ${MEGAMOE_SANITIZE_WORKERS:-3}) ))
+    (( threads < 1 )) && threads=1
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$threads}
     for t in $tools; do
       (qualify --suite sanitize --sanitizer-tool "$t" "${case_workers[@]}" --require-arch sm_90 \
          --timeout "${MEGAMOE_SANITIZE_TIMEOUT:-420}" --output-dir "$Q/san-$t" > "$Q/san-$t.log" 2>&1

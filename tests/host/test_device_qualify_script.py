@@ -40,7 +40,7 @@ for i in range(25):  # one log and one JUnit report per case, as the sanitize su
 status = "fail" if tool == "{failing}" else "pass"
 (out / "qualification.json").write_text(json.dumps(
     {"status": status, "suggested_record_name": f"20261203T000000Z_{name}_abc.json",
-     "argv": args}))
+     "argv": args, "threads": __import__("os").environ.get("OMP_NUM_THREADS")}))
 (out / "summary.md").write_text(f"# Qualification: {status.upper()} ({name})\\n")
 sys.exit(0 if status == "pass" else 1)
 """
@@ -219,6 +219,40 @@ def test_single_and_gpu_share_compiles_unless_told_not_to(tmp_path, monkeypatch)
         assert rc == 0
         argvs = [json.loads(r.read_text())["argv"] for r in (out / "records").iterdir()]
         assert argvs and all(("--share-compiles" in a) == (what == "gpu") for a in argvs), what
+
+
+def test_sanitizer_runs_take_several_cases_at_once_and_a_seed_suite_runs_in_workers(
+        tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``sanitize``, ``gpu`` and ``seed`` pass ``--sanitize-workers 3``
+    (``MEGAMOE_SANITIZE_WORKERS``); a seed suite's single part gets 12 xdist workers
+    (``MEGAMOE_SEED_WORKERS``) and shared compiles, as ``single`` does; the four ``sanitize``
+    processes give each case its share of the cores among all twelve."""
+    for v in ("MEGAMOE_SANITIZE_WORKERS", "MEGAMOE_SEED_WORKERS", "MEGAMOE_SHARE_COMPILES",
+              "MEGAMOE_QUALIFY_EXTRA", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(v, raising=False)
+
+    def records(what: str, tool: str | None, name: str, **env: str) -> list[dict]:
+        rc, out = _run(tmp_path, what, tool=tool, out_name=name, env_extra=env)
+        assert rc == 0
+        return [json.loads(r.read_text()) for r in (out / "records").iterdir()]
+
+    def value(argv: list[str], option: str) -> str | None:
+        return argv[argv.index(option) + 1] if option in argv else None
+
+    for what, tool in (("sanitize", None), ("gpu", None), ("seed", "mega_sm107")):
+        recs = records(what, tool, f"{what}-default")
+        assert recs and {value(r["argv"], "--sanitize-workers") for r in recs} == {"3"}, what
+        knob = records(what, tool, f"{what}-knob", MEGAMOE_SANITIZE_WORKERS="2")
+        assert {value(r["argv"], "--sanitize-workers") for r in knob} == {"2"}, what
+    cores = len(os.sched_getaffinity(0))  # what nproc counts
+    sanitize = records("sanitize", None, "threads")
+    assert {r["threads"] for r in sanitize} == {str(max(1, cores // (3 * len(SANITIZER_TOOLS))))}
+    (seed,) = records("seed", "mega_sm107", "seed-workers")
+    assert value(seed["argv"], "--workers") == "12" and "--share-compiles" in seed["argv"]
+    (seed,) = records("seed", "mega_sm107", "seed-workers-knob", MEGAMOE_SEED_WORKERS="4")
+    assert value(seed["argv"], "--workers") == "4"
+    for what, tool in (("single", None), ("multi", "2"), ("mutants", None)):
+        assert all("--sanitize-workers" not in r["argv"] for r in records(what, tool, what))
 
 
 def test_the_sanitizer_tools_get_a_limit_that_fits_one_device_call(tmp_path,
