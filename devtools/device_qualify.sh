@@ -48,7 +48,9 @@
 # (qualify.py --workers, 2026-12-06) in 334 s. MEGAMOE_SHARE_COMPILES=0 leaves it off.
 # sanitize, gpu and seed pass --sanitize-workers 3 (MEGAMOE_SANITIZE_WORKERS): each tool runs
 # three of its cases at once, each its own process under the tool at its share of the cores
-# (before 2026-12-06 one after the other: a tool's 18 cases took 214-251 s on the H100).
+# (before 2026-12-06 one after the other: a tool's 18 cases took 214-251 s on the H100);
+# sanitize's four qualify processes get OMP_NUM_THREADS and MKL_NUM_THREADS at cores //
+# (tools x 3) unless the caller sets them.
 # seed passes --workers 12 (MEGAMOE_SEED_WORKERS) and --share-compiles to its single part,
 # as single gets them (before 2026-12-06 the part ran in one process: 248 s for mega_sm107).
 # MEGAMOE_QUALIFY_EXTRA: options added to every qualify.py run of the call, e.g.
