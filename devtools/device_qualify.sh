@@ -101,8 +101,8 @@ case "$what" in
     # each tool is a qualify.py of its own that knows only its own cases: give every case its
     # share of the cores among all the tools' (the caller's setting stands)
     ntools=$(wc -w <<< "$tools")
-    threads=$(( $(nproc) / (ntools * ${MEGAMOE_SANITIZE_WORKERS:-3}) ))
-    (( threads < 1 )) && threads=1
+    threads=$(python3 -c "from tests.harness.suite_run import worker_threads as w
+print(w($ntools * ${MEGAMOE_SANITIZE_WORKERS:-3}))") || { echo "cannot read the thread share"; exit 1; }
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$threads}
     for t in $tools; do
       (qualify --suite sanitize --sanitizer-tool "$t" "${case_workers[@]}" --require-arch sm_90 \

@@ -142,8 +142,7 @@ def execute(plan: Sequence[tuple[str, str | None]], run: Runner,
         else:
             name, tool = plan[i]
             print(f"qualify.py: {name}{f' ({tool})' if tool else ''} started", flush=True)
-            batch = [run(*plan[i], sharers=case_workers) if runs_beside_others(plan[i])
-                     else run(*plan[i])]
+            batch = [run(*plan[i], sharers=case_workers if runs_beside_others(plan[i]) else 1)]
             i += 1
         for r in batch:
             print(r.message, flush=True)

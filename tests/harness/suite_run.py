@@ -163,8 +163,9 @@ def _exclusive(watch: NeighbourWatch | None, status: str, message: str,
 TIMING_MARK = "timing"
 """The pytest marker of tests that read GPU timings (pyproject.toml)."""
 ALONE_MARK = "alone"
-"""The pytest marker of tests that run a heavy child process under a deadline (the
-compute-sanitizer self-tests): beside N busy xdist workers they ran past it (pyproject.toml)."""
+"""The pytest marker of tests that must not run beside the xdist workers, though they read no
+timing (pyproject.toml). None carries it today: the compute-sanitizer self-tests did until
+2026-12-06, when the workers' thread share let them pass beside them."""
 ONE_PROCESS = f"({TIMING_MARK} or {ALONE_MARK})"
 """The tests ``run_split`` runs after the xdist phase, in one process."""
 

@@ -265,8 +265,9 @@ def test_the_row_bits_contract_test_catches_stale_cells_an_earlier_layer_left() 
     passed the one-step history right after the ``[fp8_block_fi]`` layer, same kernel and
     inputs, had failed it; the pooled cells are the likely reason, read in its code): the
     second layer starts on the term the first one's history step left, so its first step adds
-    that same term and shows nothing; the second step, another term, catches it. Two backends of one pool, named apart so that the contract tests' layer
-    cache builds each its own layer."""
+    that same term and shows nothing; the second step, another term, catches it. Two backends
+    of one pool, named apart so that the contract tests' layer cache builds each its own
+    layer."""
     from tests.host.backend_doubles import PlantedBackend
     from tests.single import test_layer_contract as contract
     from tests.single.layer_cases import C as CONTRACT_C
@@ -281,6 +282,7 @@ def test_the_row_bits_contract_test_catches_stale_cells_an_earlier_layer_left() 
     finally:
         for key in [k for k in contract._LAYERS if k[0] in names]:
             del contract._LAYERS[key]
+
 
 def test_preflight_records_the_backend_or_refuses_a_name_that_loads_nothing() -> None:
     check, entry = check_moe_backend("megamoe")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.suite_run import worker_threads
 from tests.suites import SANITIZER_TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -244,9 +245,9 @@ def test_sanitizer_runs_take_several_cases_at_once_and_a_seed_suite_runs_in_work
         assert recs and {value(r["argv"], "--sanitize-workers") for r in recs} == {"3"}, what
         knob = records(what, tool, f"{what}-knob", MEGAMOE_SANITIZE_WORKERS="2")
         assert {value(r["argv"], "--sanitize-workers") for r in knob} == {"2"}, what
-    cores = len(os.sched_getaffinity(0))  # what nproc counts
     sanitize = records("sanitize", None, "threads")
-    assert {r["threads"] for r in sanitize} == {str(max(1, cores // (3 * len(SANITIZER_TOOLS))))}
+    assert {r["threads"] for r in sanitize} == {str(worker_threads(3 * len(SANITIZER_TOOLS)))}
+    assert {r["threads"] for r in records("sanitize", None, "set", OMP_NUM_THREADS="7")} == {"7"}
     (seed,) = records("seed", "mega_sm107", "seed-workers")
     assert value(seed["argv"], "--workers") == "12" and "--share-compiles" in seed["argv"]
     (seed,) = records("seed", "mega_sm107", "seed-workers-knob", MEGAMOE_SEED_WORKERS="4")

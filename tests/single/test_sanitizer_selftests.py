@@ -87,10 +87,11 @@ def _log_tail(result) -> str:
     return Path(result.log).read_text(errors="replace")[-3000:]
 
 
-# Beside the xdist workers: marked ``alone`` until 2026-12-06, when beside 8 workers running
-# torch's default pool of a thread per core memcheck and initcheck ran past CASE_TIMEOUT_S;
-# each worker now runs at its share of the cores (qualify.py --workers), and in the one-process
-# phase these four took about 77 s of single's verdict on the H200 (19 s each).
+# Run beside the xdist workers. They were marked ``alone`` (run after them, in one process)
+# because beside 8 workers, each running torch's default pool of a thread per core, memcheck
+# and initcheck ran past CASE_TIMEOUT_S. Since each worker runs at its share of the cores
+# (qualify.py --workers) they pass beside them (an H100, 2026-12-06: 23 to 25 s each); alone
+# they took about 77 s of single's verdict on the H200.
 @pytest.mark.parametrize("tool", SANITIZER_TOOLS)
 def test_tool_catches_planted_bug_and_passes_clean_twin(
     tool: str, cuda_device, tmp_path: Path
