@@ -11,10 +11,10 @@
 #   run(command="bash devtools/device_qualify.sh seed mega_sm107", ...): a seeds' named suite
 #   (its single, multi and sanitize parts in one record; MEGAMOE_SEED_TIMEOUT s per part);
 #   "seed mega_sm107 2 single,multi" then "seed mega_sm107 2 sanitize": the parts in two calls
-#   (qualify.py --parts; --check-ledger joins them); its single part runs in one process:
-#   on an H100 (2026-12-05) mega_sm107's took 248 s so, and 258 s in 12 xdist workers with
-#   --share-compiles (2 636 s of test time against 238: every worker builds its kernels, and
-#   twelve processes share one GPU)
+#   (qualify.py --parts; --check-ledger joins them); its single part runs in 12 xdist workers
+#   at their share of the cores with --share-compiles (below): on an H100 (2026-12-06)
+#   mega_sm107's took 52 s so and the whole seed call 202 s, against 248 s for the part in one
+#   process (2026-12-05); mega_sm90_mxfp4's part 32 s
 #   run(command="bash devtools/device_qualify.sh mutants", ...): the GPU-tier planted bugs of
 #   tests/mutants/ (qualify.py --suite mutants --mutant-tiers single; "mutants host,single"
 #   for the whole catalog), each under MEGAMOE_MUTANT_TIMEOUT s
@@ -52,7 +52,8 @@
 # sanitize's four qualify processes get OMP_NUM_THREADS and MKL_NUM_THREADS at cores //
 # (tools x 3) unless the caller sets them.
 # seed passes --workers 12 (MEGAMOE_SEED_WORKERS) and --share-compiles to its single part,
-# as single gets them (before 2026-12-06 the part ran in one process: 248 s for mega_sm107).
+# as single gets them (before 2026-12-06 the part ran in one process: 248 s for mega_sm107,
+# 52 s now on the same kind of machine).
 # MEGAMOE_QUALIFY_EXTRA: options added to every qualify.py run of the call, e.g.
 # `MEGAMOE_QUALIFY_EXTRA=--group-compiles bash devtools/device_qualify.sh single 1/3`.
 # Every qualify.py run gets --wall-budget: what is left until MEGAMOE_CALL_END (epoch seconds;

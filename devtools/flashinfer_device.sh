@@ -41,7 +41,11 @@
 # its probe (devtools/flashinfer_fp8_probe.py) in one call of 82 s; the cake's contract tests
 # (244 s with the JIT build); the cake's benchmark at 'deepseek-uniform-*' (112 s, the JIT
 # cache still on the machine). Earlier, on an H100 (2026-12-05): the cake's tests and its
-# benchmark at 'dsrank-uniform-T16'.
+# benchmark at 'dsrank-uniform-T16'. On an H100 (2026-12-06), the carried cache dated as
+# below: the cake's clamp test alone in a call of 22 s (no build); the FP8 pull's tests and
+# its --survey in one of 53 s; the whole layer's 'deepseek-skewed-*' does not fit on an H100:
+# FlashInfer's worker ran out of memory building its weights (14 GiB asked, our arm's
+# process holding 64 GiB), so the whole layer's cases need an H200.
 set -u
 backend=${1:?usage: bash devtools/flashinfer_device.sh stage-dsl | flashinfer-sm90-cake|flashinfer-sm90-fp8-pull [bench [CASE_GLOB]]}
 FIDSL=${MEGAMOE_FI_DSL_SITE:-/tmp/fidsl}
