@@ -93,8 +93,12 @@ def _compare(
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """One comparison; returns its record and the work declared by each arm.
 
-    The workloads (and their buffers) are dropped on return, so comparisons
-    never hold each other's memory.
+    The workloads (and their buffers) are dropped before the backend releases its cached
+    memory, so comparisons never hold each other's memory, in this process or in another
+    one: a remote arm's worker (``megamoe.bench.remote``) allocates from the device, not
+    from this process's cache. Released the other way round, the cache kept an A/A
+    control's two layers (42 GiB at the whole DeepSeek-like shape) from FlashInfer's worker
+    on an H100 (2026-12-06).
     """
     backend, ranks = measurer.backend, measurer.ranks
     wa = _build(arm_a, case, backend, ranks)
@@ -105,9 +109,10 @@ def _compare(
         rounds = measurer.compare(units_a, units_b, cold)
     finally:
         del units_a, units_b
-        for w in (*wa, *wb):
-            if w.remote is not None:
-                w.remote.close()
+        for remote in [w.remote for w in (*wa, *wb) if w.remote is not None]:
+            remote.close()
+    info_a, info_b = _arm_info(wa), _arm_info(wb)
+    del wa, wb  # the workloads' last references (a loop variable would keep one alive)
     backend.release()
     record = {
         "kind": kind,
@@ -116,7 +121,7 @@ def _compare(
         "rounds": [_round_record(r) for r in rounds],
         "summary": summarize_rounds(rounds, floor, measurer.protocol.confidence),
     }
-    return record, _arm_info(wa), _arm_info(wb)
+    return record, info_a, info_b
 
 
 def _arm_info(workloads: Sequence[Workload]) -> dict[str, Any]:
