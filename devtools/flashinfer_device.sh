@@ -43,9 +43,10 @@
 # cache still on the machine). Earlier, on an H100 (2026-12-05): the cake's tests and its
 # benchmark at 'dsrank-uniform-T16'. On an H100 (2026-12-06), the carried cache dated as
 # below: the cake's clamp test alone in a call of 22 s (no build); the FP8 pull's tests and
-# its --survey in one of 53 s; the whole layer's 'deepseek-skewed-*' does not fit on an H100:
-# FlashInfer's worker ran out of memory building its weights (14 GiB asked, our arm's
-# process holding 64 GiB), so the whole layer's cases need an H200.
+# its --survey in one of 53 s. The whole layer's 'deepseek-skewed-*' ran out of memory there:
+# FlashInfer's worker asked 14 GiB while our process held 64 GiB, the A/A control's two
+# layers kept in torch's cache (the runner released it before dropping them; fixed in
+# megamoe/bench/runner.py the same day, tests/host/test_bench_memory.py). Not run since.
 set -u
 backend=${1:?usage: bash devtools/flashinfer_device.sh stage-dsl | flashinfer-sm90-cake|flashinfer-sm90-fp8-pull [bench [CASE_GLOB]]}
 FIDSL=${MEGAMOE_FI_DSL_SITE:-/tmp/fidsl}
