@@ -62,7 +62,7 @@ def _fingerprint_locations(digest: hashlib._Hash) -> None:
 
 
 def _install_memos(kind: str) -> None:
-    from tests.harness.dsl_memos import MemoKeys, install
+    from tests.harness.dsl_memos import EVERY_MEMO, MemoKeys, install
 
     if kind == "dsl":
         return
@@ -73,14 +73,14 @@ def _install_memos(kind: str) -> None:
         "planted-modules": MemoKeys(module=lambda module: "every module"),
         "planted-types": MemoKeys(type=lambda mlir_type: "every type"),
     }
-    if len(install({}, planted[kind])) != 4:
+    if install({}, planted[kind]) != EVERY_MEMO:
         raise SystemExit(f"--memos {kind}: the memos do not install under this DSL")
 
 
 def _measure(args: argparse.Namespace, dump_dir: Path) -> int:
     from cutlass.base_dsl import dsl
 
-    from tests.harness.compile_gate import compile_one, gate_builders
+    from tests.harness.compile_gate import DUMP_SUFFIXES, compile_one, gate_builders
 
     _install_memos(args.memos)
     located, outputs = hashlib.sha256(), hashlib.sha256()
@@ -108,15 +108,13 @@ def _measure(args: argparse.Namespace, dump_dir: Path) -> int:
     print("| kernel | compile s | trace s |\n|---|---|---|")
     for name in names:
         traced[0] = 0.0
-        for old in dump_dir.glob("*.mlir"):
-            old.unlink()
         t0 = time.perf_counter()
         result = compile_one(name, builders[name], dump_dir)
         took = time.perf_counter() - t0
         if not result.ok:
             print(f"{name}: {result.reason}", file=sys.stderr)
             return 1
-        for suffix in ("mlir", "ptx", "cubin"):
+        for suffix in DUMP_SUFFIXES:
             for path in sorted(dump_dir.glob(f"*.{suffix}")):
                 outputs.update(path.read_bytes())
         total, trace = total + took, trace + traced[0]

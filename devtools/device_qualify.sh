@@ -20,7 +20,7 @@
 #   for the whole catalog), each under MEGAMOE_MUTANT_TIMEOUT s
 #   run(command="bash devtools/device_qualify.sh gpu", ...): `single` and the four sanitizer
 #   tools in one record, the tools beside single's xdist phase (--sanitizers-beside): the
-#   whole single-GPU verdict in one call (an H100, 2026-12-06: 201 s, 216 s of call;
+#   whole single-GPU verdict in one call (H100s, 2026-12-06: 201 s and 183 s, 216 s of call;
 #   MEGAMOE_GPU_TIMEOUT s per suite, default 560); "gpu 1/3": shard 1 of 3 of `single` with
 #   the four tools whole beside it, then "single 2/3" and "single 3/3"
 # A call returns at most 8 files from $OUT; qualify.py writes one log and one JUnit report
@@ -79,7 +79,8 @@ export CUTE_DSL_CACHE_DIR=/tmp/cc MEGAMOE_HYPOTHESIS_PROFILE=ci MEGAMOE_PYTHON=p
 Q=${MEGAMOE_QUALIFY_TMP:-/tmp/q}
 share=(--share-compiles)
 if [ "${MEGAMOE_SHARE_COMPILES:-1}" = 0 ]; then share=(); fi
-case_workers=(--sanitize-workers "${MEGAMOE_SANITIZE_WORKERS:-3}")
+sanitize_workers=${MEGAMOE_SANITIZE_WORKERS:-3}
+case_workers=(--sanitize-workers "$sanitize_workers")
 # a fresh $Q each call: on a warm machine an earlier call's statuses and records are still
 # there, and its failed suite would fail this call (or its records come back again)
 rm -rf "$Q"
@@ -103,7 +104,7 @@ case "$what" in
     # share of the cores among all the tools' (the caller's setting stands)
     ntools=$(wc -w <<< "$tools")
     threads=$(python3 -c "from tests.harness.suite_run import worker_threads as w
-print(w($ntools * ${MEGAMOE_SANITIZE_WORKERS:-3}))") || { echo "cannot read the thread share"; exit 1; }
+print(w($ntools * $sanitize_workers))") || { echo "cannot read the thread share"; exit 1; }
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$threads}
     for t in $tools; do
       (qualify --suite sanitize --sanitizer-tool "$t" "${case_workers[@]}" --require-arch sm_90 \

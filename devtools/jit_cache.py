@@ -23,11 +23,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 OLD = 1_577_836_800.0
 """2020-01-01T00:00:00Z: older than any build the cache holds."""
+OLD_DAY = time.strftime("%Y-%m-%d", time.gmtime(OLD))
 
 
 def date_back(roots: Sequence[Path], when: float = OLD) -> int:
@@ -50,7 +52,7 @@ def date_back(roots: Sequence[Path], when: float = OLD) -> int:
 def main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m devtools.jit_cache", description=__doc__)
     sub = ap.add_subparsers(dest="verb", required=True)
-    back = sub.add_parser("date-back", help="date every file under PATH... to 2020-01-01")
+    back = sub.add_parser("date-back", help=f"date every file under PATH... to {OLD_DAY}")
     back.add_argument("paths", nargs="+", type=Path)
     args = ap.parse_args(list(argv))
     try:
@@ -58,7 +60,7 @@ def main(argv: Sequence[str]) -> int:
     except FileNotFoundError as err:
         print(err, file=sys.stderr)
         return 2
-    print(f"jit_cache: {n} entries under {len(args.paths)} path(s) dated 2020-01-01")
+    print(f"jit_cache: {n} entries under {len(args.paths)} path(s) dated {OLD_DAY}")
     return 0
 
 

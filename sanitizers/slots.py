@@ -9,11 +9,12 @@ self-tests start compute-sanitizer too, nine cases never ran: the tool printed "
 process found. compute-sanitizer timed-out" and then waited on its target until the case's
 timeout (542 s each). With at most eight at once, none of 72 cases did so in the next run and
 one of 72 in the run after it, among the first eight started: the tool's 10 s launch timeout
-under that load was the other cause (``wrapper.LAUNCH_TIMEOUT_S``). So every process that starts the tool here takes a slot
-first: at most ``slots()`` of them run at once, across the threads of one run and the
-processes of several (xdist workers, tools side by side). A slot is a lock file held with
-``fcntl.flock``: the kernel frees it when its holder exits, however it exits, so a killed run
-never leaves a slot taken.
+under that load was the other cause (``wrapper.LAUNCH_TIMEOUT_S``, now 300 s; none hung in the
+three runs since, 72 + 40 + 60 cases, on an H100 the same day). So every process that starts
+the tool here takes a slot first: at most ``slots()`` of them run at once, across the threads
+of one run and the processes of several (xdist workers, tools side by side). A slot is a lock
+file held with ``fcntl.flock``: the kernel frees it when its holder exits, however it exits,
+so a killed run never leaves a slot taken.
 """
 
 from __future__ import annotations

@@ -46,6 +46,8 @@ from tests.harness.pdl_ptx import pdl_violations
 GATE_ARCH = "sm_90a"
 GATE_SM = 90
 EM_CUDA = 190
+DUMP_SUFFIXES = ("cubin", "ptx", "mlir")
+"""What the DSL dumps per kernel into the gate's directory (MLIR only with ``CUTE_DSL_KEEP_IR``)."""
 _ELF_MAGIC = b"\x7fELF"
 
 
@@ -209,10 +211,11 @@ def compile_one(name: str, build: Callable[[], object], dump_dir: Path,
                 hook: Callable[[], object] = stop_after_lowering) -> GateResult:
     """Run one builder under the hook and judge the cubins it left in ``dump_dir``.
 
-    ``dump_dir`` belongs to the gate: cubins of earlier kernels are removed
-    first (two kernels may share a launcher name, hence a cubin file name).
+    ``dump_dir`` belongs to the gate: the dumps of earlier kernels (cubin, PTX, and MLIR where
+    ``CUTE_DSL_KEEP_IR`` keeps it) are removed first (two kernels may share a launcher name,
+    hence a file name).
     """
-    for old in [*dump_dir.glob("*.cubin"), *dump_dir.glob("*.ptx")]:
+    for old in [p for suffix in DUMP_SUFFIXES for p in dump_dir.glob(f"*.{suffix}")]:
         old.unlink()
     try:
         with hook() as lowered:  # type: ignore[attr-defined]

@@ -54,6 +54,8 @@ PREPROCESSOR_MODULE = "cutlass.base_dsl.ast_preprocessor"
 ARITH_MODULE = "cutlass._mlir.dialects.arith"
 """The DSL's arith dialect module, with the type-kind predicates ``TYPE_KIND_FUNCTIONS``."""
 TYPE_KIND_FUNCTIONS = ("_is_integer_like_type", "_is_float_type")
+EVERY_MEMO = ("locations", "imports", *TYPE_KIND_FUNCTIONS)
+"""What ``install`` returns when every memo is in place."""
 KNOWN_DSL_VERSIONS = ("4.3.5",)
 """The nvidia-cutlass-dsl versions these memos were checked against: ``dsl_user_op`` reads
 its module's ``inspect`` for ``currentframe`` and ``getframeinfo`` only; ``exec`` asks

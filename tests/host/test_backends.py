@@ -263,11 +263,11 @@ def test_the_row_bits_contract_test_catches_stale_cells_an_earlier_layer_left() 
     """The same finding with the cells pooled across layers, as FlashInfer pools its workspace
     across layers of one shape (docs/conformance.md: in the H200 run its ``[fp8_block]`` layer
     passed the one-step history right after the ``[fp8_block_fi]`` layer, same kernel and
-    inputs, had failed it; the pooled cells are the likely reason, read in its code): the
-    second layer starts on the term the first one's history step left, so its first step adds
-    that same term and shows nothing; the second step, another term, catches it. Two backends
-    of one pool, named apart so that the contract tests' layer cache builds each its own
-    layer."""
+    inputs, had failed it; with the two steps both fail on an H100, each at the step the pooled
+    cells predict): the second layer starts on the term the first one's history step left, so
+    its first step adds that same term and shows nothing; the second step, another term,
+    catches it. Two backends of one pool, named apart so that the contract tests' layer cache
+    builds each its own layer."""
     from tests.host.backend_doubles import PlantedBackend
     from tests.single import test_layer_contract as contract
     from tests.single.layer_cases import C as CONTRACT_C
